@@ -1,0 +1,116 @@
+# tfcluster — `make help` lists every target. Logic lives in Python and Ansible; recipes are one-line calls.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+##@ Variables (override on the command line: make train CLUSTER=onprem HOSTS=inventory/onprem.yml)
+CLUSTER  ?= local## local (emulated AWS on loopback, workers are local processes) | aws | onprem
+WORKERS  ?= 2## number of workers for CLUSTER=local
+JOB      ?= mnist## job id: a finished job is not retrained; a new id is a new job
+STRATEGY ?= auto## auto | multi_worker_mirrored | parameter_server | mirrored | tpu
+HOSTS    ?= inventory/onprem.yml## on-prem host file (CLUSTER=onprem)
+SCRIPT   ?=## bring your own training script instead of the built-in trainer
+EPOCHS   ?=## override the trainer's epoch count
+PYTEST_ARGS ?=## extra pytest arguments, e.g. -k inventory
+
+VENV := .venv
+PY   := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export TFCLUSTER_CLUSTER ?= tfcluster-$(CLUSTER)
+export TFCLUSTER_STRATEGY := $(STRATEGY)
+export TFCLUSTER_WORKERS := $(WORKERS)
+ifeq ($(CLUSTER),onprem)
+export TFCLUSTER_SOURCE := static
+export TFCLUSTER_HOSTS_FILE := $(HOSTS)
+else
+export TFCLUSTER_SOURCE := terraform
+export TFCLUSTER_TF_DIR := $(CURDIR)/infra/$(CLUSTER)
+endif
+INVENTORY := inventory/tfcluster.py
+PLAYBOOK_VARS := -e tfcluster_job=$(JOB) -e tfcluster_cluster=$(CLUSTER) $(if $(SCRIPT),-e tfcluster_script=$(SCRIPT)) $(if $(EPOCHS),-e tfcluster_epochs=$(EPOCHS))
+
+##@ The two commands
+.PHONY: demo
+demo: setup ## Whole job end to end on the embedded local cluster (emulated AWS + local workers), then a summary
+	$(MAKE) provision CLUSTER=local
+	$(MAKE) train CLUSTER=local
+	$(PY) -m tools.demo --artifacts artifacts/local/$(JOB)
+
+.PHONY: test
+test: setup ## Every test suite (unit, integration, lab); installs what it needs first
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+##@ Development
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make \033[36m<target>\033[0m [VAR=value]\n"} \
+	  /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } \
+	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } \
+	  /^[A-Z_]+ +\?=.*##/ { split($$0, a, "##"); split(a[1], n, " "); printf "  \033[33m%-16s\033[0m %s\n", n[1], a[2] }' $(MAKEFILE_LIST)
+
+.PHONY: setup
+setup: ## Create .venv and fetch every offline cache (idempotent)
+	bash tools/setup.sh
+
+.PHONY: test-unit
+test-unit: setup ## Fast tests only (no TensorFlow workers, terraform or lab)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+.PHONY: test-integration
+test-integration: setup ## Integration tests (real tools on loopback)
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+.PHONY: test-lab
+test-lab: setup ## The multi-host lab suite alone (root; systemd-nspawn hosts)
+	$(PY) -m pytest tests/lab $(PYTEST_ARGS)
+
+.PHONY: lint
+lint: setup ## ruff, ansible-lint (production profile), terraform fmt
+	$(PY) -m ruff check .
+	$(VENV)/bin/ansible-lint --offline playbooks/
+	$(PY) -m tools.terraform_toolchain fmt-check
+
+.PHONY: bench
+bench: setup ## Benchmarks (print ratios measured in one run)
+	$(PY) bench/inventory_build.py
+	$(PY) bench/train_throughput.py
+
+##@ Cluster lifecycle
+.PHONY: provision
+provision: setup ## terraform apply (CLUSTER=local starts the emulated AWS endpoint first)
+	$(PY) -m tools.provision apply --cluster $(CLUSTER)
+
+.PHONY: plan
+plan: setup ## Terraform plan and every host's TF_CONFIG; touches no host
+	$(PY) -m tools.provision plan --cluster $(CLUSTER)
+	$(PY) $(INVENTORY) --tf-config all
+
+.PHONY: train
+train: setup ## Prepare hosts, gang-start the job, wait (fail fast), collect the chief's checkpoint
+	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/train.yml $(PLAYBOOK_VARS)
+
+.PHONY: collect
+collect: ## Bring the chief's checkpoint into artifacts/<cluster>/<job>/ and verify it
+	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/collect.yml $(PLAYBOOK_VARS)
+
+.PHONY: status
+status: ## Each host's unit state and progress
+	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/status.yml $(PLAYBOOK_VARS)
+
+.PHONY: logs
+logs: ## The chief's log
+	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/status.yml $(PLAYBOOK_VARS) -e tfcluster_show_logs=true --limit chief:worker[0]
+
+.PHONY: stop
+stop: ## Stop every unit of the job
+	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/stop.yml $(PLAYBOOK_VARS)
+
+.PHONY: destroy
+destroy: ## terraform destroy (CLUSTER=local also stops the emulated endpoint)
+	$(PY) -m tools.provision destroy --cluster $(CLUSTER)
+
+.PHONY: clean
+clean: ## Remove artifacts and local job state (keeps .venv and .cache downloads)
+	rm -rf artifacts .cache/local
