@@ -1,0 +1,1 @@
+"""Inventory sources. Each returns HostSpecs (unvalidated) or raises InventoryError listing its problems."""
