@@ -39,7 +39,7 @@ demo: setup ## Whole job end to end on the embedded local cluster (emulated AWS 
 	$(PY) -m tools.demo --artifacts artifacts/local/$(JOB)
 
 .PHONY: test
-test: setup ## Every test suite (unit, integration, lab); installs what it needs first
+test: setup setup-lab ## Every test suite (unit, integration, lab); installs what it needs first
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ##@ Development
@@ -63,7 +63,7 @@ test-integration: setup ## Integration tests (real tools on loopback)
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 .PHONY: test-lab
-test-lab: setup ## The multi-host lab suite alone (root; systemd-nspawn hosts)
+test-lab: setup setup-lab ## The multi-host lab suite alone (root; systemd-nspawn hosts)
 	$(PY) -m pytest tests/lab $(PYTEST_ARGS)
 
 .PHONY: lint
@@ -76,6 +76,25 @@ lint: setup ## ruff, ansible-lint (production profile), terraform fmt
 bench: setup ## Benchmarks (print ratios measured in one run)
 	$(PY) bench/inventory_build.py
 	$(PY) bench/train_throughput.py
+
+##@ Lab of real hosts (root: systemd-nspawn hosts on a private bridge; docs/lab.md)
+LAB_HOSTS ?= 3## lab-up: number of hosts (a chief and LAB_HOSTS-1 workers)
+
+.PHONY: setup-lab
+setup-lab: setup ## Install debootstrap + systemd-container and build the cached lab rootfs (root only)
+	@if [ "$$(id -u)" = 0 ]; then $(PY) -m tools.lab setup; else echo "skipping lab setup (needs root)"; fi
+
+.PHONY: lab-up
+lab-up: setup-lab ## Boot a lab; then: eval "$$($(PY) -m tools.lab env)" && make train CLUSTER=onprem HOSTS=$$TFCLUSTER_HOSTS_FILE
+	$(PY) -m tools.lab up --hosts $(LAB_HOSTS)
+
+.PHONY: lab-down
+lab-down: ## Stop every lab; removes bridges, mounts, cgroups (safe to re-run)
+	$(PY) -m tools.lab down --all
+
+.PHONY: lab-status
+lab-status: ## Lab hosts: address, slot, link, SSH, memory
+	$(PY) -m tools.lab status
 
 ##@ Cluster lifecycle
 .PHONY: provision

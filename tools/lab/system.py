@@ -1,0 +1,260 @@
+"""Thin wrappers over the outer machine: commands, packages, links, mounts, cgroups and processes."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from tools.lab.config import LabError
+
+log = logging.getLogger(__name__)
+
+CGROUP_FS = Path("/sys/fs/cgroup")
+CGROUP_TOP = "tfcluster-lab"
+# Outer-machine commands the lab needs, and the Debian package that brings each.
+REQUIRED_COMMANDS: dict[str, str] = {
+    "debootstrap": "debootstrap",
+    "systemd-nspawn": "systemd-container",
+    "ip": "iproute2",
+    "ssh": "openssh-client",
+    "ssh-keygen": "openssh-client",
+    "scp": "openssh-client",
+    "mount": "mount",
+}
+
+
+def run(argv: Sequence[str], check: bool = True, timeout: float | None = None,
+        input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a command, capture its output; raise LabError with the output when it fails and ``check``."""
+    log.debug("run: %s", " ".join(argv))
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, input=input,
+                              stdin=None if input is not None else subprocess.DEVNULL, check=False)
+    except FileNotFoundError:
+        raise LabError(f"{argv[0]} is not installed; run `python -m tools.lab setup`") from None
+    except subprocess.TimeoutExpired as exc:
+        raise LabError(f"`{' '.join(argv)}` did not finish within {timeout} s") from exc
+    if check and proc.returncode != 0:
+        out = (proc.stderr or proc.stdout).strip()
+        raise LabError(f"`{' '.join(argv)}` failed with exit code {proc.returncode}: {out}")
+    return proc
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError("the lab needs root (it creates a bridge, mounts overlays and boots systemd-nspawn hosts)")
+
+
+def missing_packages() -> list[str]:
+    return sorted({pkg for cmd, pkg in REQUIRED_COMMANDS.items() if shutil.which(cmd) is None})
+
+
+def ensure_packages() -> None:
+    """apt-get install what the lab needs (``apt-get update`` first only when the install fails)."""
+    missing = missing_packages()
+    if not missing:
+        return
+    require_root()
+    log.info("installing %s with apt-get", " ".join(missing))
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "--no-install-recommends", *missing]
+    if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
+        subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=False)
+        proc = subprocess.run(install, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise LabError(f"apt-get could not install {' '.join(missing)}: {proc.stderr.strip()[-2000:]}")
+
+
+# ---- network -------------------------------------------------------------------------------------------------
+
+def used_networks() -> list[str]:
+    """Every IPv4 address/route on this machine in CIDR form (to pick a lab subnet that collides with none)."""
+    out: list[str] = []
+    for entry in json.loads(run(["ip", "-j", "-4", "addr", "show"]).stdout or "[]"):
+        for addr in entry.get("addr_info", []):
+            out.append(f"{addr['local']}/{addr.get('prefixlen', 32)}")
+    for route in json.loads(run(["ip", "-j", "-4", "route", "show", "table", "all"]).stdout or "[]"):
+        dst = route.get("dst", "")
+        if dst and dst != "default" and route.get("type", "unicast") in ("unicast", "local"):
+            out.append(dst if "/" in dst else f"{dst}/32")
+    return out
+
+
+def link_exists(name: str) -> bool:
+    return Path("/sys/class/net", name).exists()
+
+
+def link_is_up(name: str) -> bool:
+    try:
+        flags = int(Path("/sys/class/net", name, "flags").read_text(), 16)
+    except OSError:
+        return False
+    return bool(flags & 0x1)  # IFF_UP
+
+
+def create_bridge(name: str, address: str) -> None:
+    # nf_call_iptables 0: bridged lab traffic skips the outer machine's iptables FORWARD chain (Docker sets DROP).
+    run(["ip", "link", "add", name, "type", "bridge", "stp_state", "0", "forward_delay", "0",
+         "nf_call_iptables", "0", "nf_call_ip6tables", "0", "nf_call_arptables", "0"])
+    run(["ip", "addr", "add", address, "dev", name])
+    run(["ip", "link", "set", name, "up"])
+
+
+def delete_link(name: str) -> None:
+    if link_exists(name):
+        run(["ip", "link", "del", name])
+
+
+def set_link(name: str, up: bool) -> None:
+    if not link_exists(name):
+        raise LabError(f"link {name} does not exist (is the host running?)")
+    run(["ip", "link", "set", name, "up" if up else "down"])
+
+
+# ---- mounts --------------------------------------------------------------------------------------------------
+
+def _unescape(path: str) -> str:
+    return path.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def mounts_under(root: Path) -> list[Path]:
+    """Mount points at or below ``root`` in this mount namespace, deepest first."""
+    prefix = str(root.resolve())
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = _unescape(line.split()[4])
+        if point == prefix or point.startswith(prefix + "/"):
+            found.append(Path(point))
+    return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
+
+
+def mount_overlay(lower: Path, upper: Path, work: Path, merged: Path) -> None:
+    for d in (upper, work, merged):
+        d.mkdir(parents=True, exist_ok=True)
+    run(["mount", "-t", "overlay", "overlay", "-o",
+         f"lowerdir={lower},upperdir={upper},workdir={work}", str(merged)])
+
+
+def unmount_all(root: Path) -> None:
+    for point in mounts_under(root):
+        if run(["umount", str(point)], check=False).returncode != 0:
+            run(["umount", "--lazy", str(point)])
+
+
+def remove_tree(path: Path) -> None:
+    """rm -rf, refusing while anything below is still mounted (never delete through a mount)."""
+    if not path.exists():
+        return
+    left = mounts_under(path)
+    if left:
+        raise LabError(f"refusing to delete {path}: still mounted: {', '.join(map(str, left))}")
+    shutil.rmtree(path)
+
+
+# ---- cgroups and processes -----------------------------------------------------------------------------------
+
+def cgroup_bases() -> list[Path]:
+    """The cgroup hierarchies a host's processes are placed in: unified (v2) and, on hybrid v1, name=systemd."""
+    if (CGROUP_FS / "cgroup.controllers").exists():  # pure cgroup v2
+        return [CGROUP_FS]
+    bases = [CGROUP_FS / name for name in ("systemd", "unified") if (CGROUP_FS / name / "cgroup.procs").exists()]
+    if not bases:
+        raise LabError(f"no name=systemd or unified cgroup hierarchy under {CGROUP_FS}; systemd-nspawn needs one")
+    return bases
+
+
+def lab_cgroups(lab: str, host: str | None = None) -> list[Path]:
+    parts = [CGROUP_TOP, lab] + ([host] if host else [])
+    return [base.joinpath(*parts) for base in cgroup_bases()]
+
+
+def cgroup_tree(group: Path) -> list[Path]:
+    """``group`` and every cgroup below it, parents first; cgroups that vanish during the walk are skipped
+    (a guest's systemd removes its own while it shuts down)."""
+    found = []
+    for dirpath, _dirs, _files in os.walk(group, onerror=lambda _err: None):
+        found.append(Path(dirpath))
+    return found
+
+
+def cgroup_pids(group: Path, recursive: bool = True) -> set[int]:
+    pids: set[int] = set()
+    if not group.is_dir():
+        return pids
+    for g in cgroup_tree(group) if recursive else [group]:
+        try:
+            pids.update(int(x) for x in (g / "cgroup.procs").read_text().split())
+        except OSError:
+            continue
+    return pids
+
+
+def live(pids: Iterable[int]) -> set[int]:
+    """The pids that still run (zombies count as gone)."""
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            alive.add(pid)
+    return alive
+
+
+def signal_pids(pids: Iterable[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def wait_gone(pids_of: Callable[[], set[int]], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not live(pids_of()):
+            return True
+        time.sleep(0.1)
+    return not live(pids_of())
+
+
+def remove_cgroup(group: Path) -> None:
+    """rmdir a cgroup and its children, deepest first (systemd-nspawn makes payload/ and supervisor/ inside)."""
+    for child in reversed(cgroup_tree(group)):
+        _rmdir(child)
+
+
+def _rmdir(path: Path) -> None:
+    for _ in range(50):
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                raise
+            time.sleep(0.1)
+    raise LabError(f"cgroup {path} is still busy (processes left: {sorted(cgroup_pids(path))})")
+
+
+def pss_kib(pids: Iterable[int]) -> int:
+    """Proportional set size of the processes, in KiB (shared pages split between their users)."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+                    break
+        except OSError:
+            continue
+    return total
