@@ -85,7 +85,7 @@ setup-lab: setup ## Install debootstrap + systemd-container and build the cached
 	@if [ "$$(id -u)" = 0 ]; then $(PY) -m tools.lab setup; else echo "skipping lab setup (needs root)"; fi
 
 .PHONY: lab-up
-lab-up: setup-lab ## Boot a lab; then: eval "$$($(PY) -m tools.lab env)" && make train CLUSTER=onprem HOSTS=$$TFCLUSTER_HOSTS_FILE
+lab-up: setup-lab ## Boot a lab of real hosts and write its on-prem host file (see docs/lab.md)
 	$(PY) -m tools.lab up --hosts $(LAB_HOSTS)
 
 .PHONY: lab-down
