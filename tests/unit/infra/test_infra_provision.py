@@ -1,0 +1,118 @@
+"""tools/provision.py and tools/localaws.py: the pure parts (slots, -var arguments, plan view, endpoint records)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from tools import localaws, provision
+
+
+@pytest.mark.parametrize(("workers", "strategy", "expected"), [
+    (2, "auto", {"worker": 2}),
+    (3, "multi_worker_mirrored", {"worker": 3}),
+    (2, "parameter_server", {"chief": 1, "ps": 1, "worker": 2}),
+])
+def test_local_slots(workers: int, strategy: str, expected: dict[str, int]) -> None:
+    assert provision.local_slots(workers, strategy) == expected
+
+
+def test_local_slots_refuses_zero_workers() -> None:
+    with pytest.raises(provision.ProvisionError, match="WORKERS=0: at least one worker"):
+        provision.local_slots(0, "auto")
+
+
+def test_local_vars_from_environment() -> None:
+    env = {"TFCLUSTER_CLUSTER": "demo-local", "TFCLUSTER_WORKERS": "3", "TFCLUSTER_BASE_PORT": "23000",
+           "USER": "alice"}
+    assert provision.local_vars(env, "http://127.0.0.1:4566", None) == [
+        "endpoint=http://127.0.0.1:4566", "cluster_name=demo-local", 'slots={"worker": 3}', "base_port=23000",
+        "local_user=alice"]
+    assert 'slots={"worker": 1}' in provision.local_vars(env, None, 1)  # --workers wins over the environment
+
+
+def test_var_args() -> None:
+    assert provision.var_args(["a=1", "b=2"]) == ["-var", "a=1", "-var", "b=2"]
+
+
+def test_tf_dir_must_be_a_root_module(tmp_path: Path) -> None:
+    with pytest.raises(provision.ProvisionError, match="not a Terraform root module"):
+        provision.tf_dir_for("local", {}, str(tmp_path))
+    (tmp_path / "main.tf").write_text("")
+    assert provision.tf_dir_for("local", {"TFCLUSTER_TF_DIR": str(tmp_path)}) == tmp_path.resolve()
+
+
+def test_local_env_never_carries_real_credentials() -> None:
+    env = provision.tf_env("local", {"PATH": "", "AWS_PROFILE": "prod", "AWS_ACCESS_KEY_ID": "AKIAREAL",
+                                     "AWS_SESSION_TOKEN": "t"})
+    assert env["AWS_ACCESS_KEY_ID"] == "testing" and "AWS_PROFILE" not in env and "AWS_SESSION_TOKEN" not in env
+
+
+def test_onprem_has_nothing_to_provision(caplog: pytest.LogCaptureFixture) -> None:
+    assert provision.main(["plan", "--cluster", "onprem"]) == 2
+    assert "CLUSTER=onprem has nothing to provision" in caplog.text
+
+
+PLAN = {"output_changes": {"hosts": {"after": [
+    {"name": "chief-0", "task_type": "chief", "task_index": 0, "port": 2222, "connection": "ssh", "gpus": 1},
+    {"name": "worker-0", "task_type": "worker", "task_index": 0, "port": 2222, "connection": "ssh", "gpus": 1},
+    {"name": "evaluator-0", "task_type": "evaluator", "task_index": 0, "port": 2222, "connection": "ssh",
+     "gpus": 1},
+]}}}
+
+
+def test_planned_hosts_and_view_before_addresses_are_known() -> None:
+    hosts = provision.planned_hosts(PLAN)
+    assert [h["name"] for h in hosts] == ["chief-0", "worker-0", "evaluator-0"]
+    view = provision.plan_view(hosts, "auto")
+    assert "worker-0       worker:0       worker-0:2222" in view
+    chief_line = next(line for line in view.splitlines() if line.startswith("  chief-0: "))
+    config = json.loads(chief_line.split(": ", 1)[1])
+    assert config == {"cluster": {"chief": ["chief-0:2222"], "worker": ["worker-0:2222"]},
+                      "task": {"type": "chief", "index": 0}}  # the evaluator stays out of the cluster
+
+
+def test_planned_hosts_from_a_plan_without_changes() -> None:
+    plan = {"planned_values": {"outputs": {"hosts": {"value": PLAN["output_changes"]["hosts"]["after"]}}}}
+    assert len(provision.planned_hosts(plan)) == 3
+    assert provision.planned_hosts({}) == []
+    assert provision.plan_view([], "auto") == "no hosts in the plan"
+
+
+def test_endpoint_record_roundtrip(tmp_path: Path) -> None:
+    endpoint = localaws.Endpoint(pid=12345, port=4566)
+    localaws.write_state(tmp_path, endpoint)
+    assert (tmp_path / "moto.pid").read_text() == "12345\n"
+    assert localaws.read_state(tmp_path) == endpoint
+    assert endpoint.url == "http://127.0.0.1:4566"
+    localaws.clear_state(tmp_path)
+    assert localaws.read_state(tmp_path) is None
+
+
+def test_stop_only_touches_a_recorded_moto(tmp_path: Path) -> None:
+    assert localaws.stop(tmp_path) is False  # nothing recorded
+    localaws.write_state(tmp_path, localaws.Endpoint(pid=os.getpid(), port=4566))  # alive, but not moto
+    assert localaws.is_our_moto(os.getpid(), 4566) is False
+    assert localaws.stop(tmp_path) is False
+    assert localaws.read_state(tmp_path) is None  # the stale record is gone, this process is untouched
+
+
+def test_start_refuses_a_port_taken_by_someone_else(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(localaws.LocalAwsError, match=f"127.0.0.1:{port} is taken by another process"):
+            localaws.start(tmp_path, port)
+    assert localaws.read_state(tmp_path) is None
+
+
+@pytest.mark.parametrize(("raw", "message"), [("abc", "is not a port number"), ("80", "must be from 1024")])
+def test_default_port_errors(monkeypatch: pytest.MonkeyPatch, raw: str, message: str) -> None:
+    monkeypatch.setenv("TFCLUSTER_LOCALAWS_PORT", raw)
+    with pytest.raises(localaws.LocalAwsError, match=message):
+        localaws.default_port()

