@@ -11,6 +11,9 @@ JOB      ?= mnist## job id: a finished job is not retrained; a new id is a new j
 STRATEGY ?= auto## auto | multi_worker_mirrored | parameter_server | mirrored | tpu
 HOSTS    ?= inventory/onprem.yml## on-prem host file (CLUSTER=onprem)
 SCRIPT   ?=## bring your own training script instead of the built-in trainer
+SCRIPT_ARGS ?=## arguments of SCRIPT
+SCRIPT_REQUIREMENTS ?=## requirements file of SCRIPT (installed into the runtime venv)
+TRAINER_ARGS ?=## extra arguments of the built-in trainer
 AUTO_APPROVE ?=## set to 1 to apply/destroy on AWS without the confirmation prompt
 EPOCHS   ?=## override the trainer's epoch count
 PYTEST_ARGS ?=## extra pytest arguments, e.g. -k inventory
@@ -34,6 +37,7 @@ export TFCLUSTER_TF_DIR := $(CURDIR)/infra/$(CLUSTER)
 endif
 INVENTORY := inventory/tfcluster.py
 PLAYBOOK_VARS := -e tfcluster_job=$(JOB) -e tfcluster_cluster=$(CLUSTER) $(if $(SCRIPT),-e tfcluster_script=$(SCRIPT)) $(if $(EPOCHS),-e tfcluster_epochs=$(EPOCHS))
+PLAYBOOK_VARS += $(if $(SCRIPT_ARGS),-e "tfcluster_script_args='$(SCRIPT_ARGS)'") $(if $(SCRIPT_REQUIREMENTS),-e tfcluster_script_requirements=$(SCRIPT_REQUIREMENTS)) $(if $(TRAINER_ARGS),-e "tfcluster_trainer_args='$(TRAINER_ARGS)'")
 
 ##@ The two commands
 .PHONY: demo
@@ -70,10 +74,14 @@ test-integration: setup ## Integration tests (real tools on loopback)
 test-lab: setup setup-lab ## The multi-host lab suite alone (root; systemd-nspawn hosts)
 	$(PY) -m pytest tests/lab $(PYTEST_ARGS)
 
+.PHONY: test-molecule
+test-molecule: setup ## Molecule scenario default (delegated driver, localhost, throw-away prefix)
+	$(VENV)/bin/molecule test -s default
+
 .PHONY: lint
 lint: setup ## ruff, ansible-lint (production profile), terraform fmt
 	$(PY) -m ruff check .
-	$(VENV)/bin/ansible-lint --offline playbooks/
+	$(VENV)/bin/ansible-lint --offline playbooks/ molecule/default/
 	$(PY) -m tools.terraform_toolchain fmt-check
 
 .PHONY: bench

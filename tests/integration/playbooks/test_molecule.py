@@ -1,0 +1,27 @@
+"""Molecule scenario `default` (delegated driver, localhost): syntax, prepare, check, converge, idempotence, verify."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def test_molecule_default_scenario() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update({"PATH": f"{BIN}:{env.get('PATH', '')}", "NO_COLOR": "1", "ANSIBLE_FORCE_COLOR": "0"})
+    proc = subprocess.run([str(BIN / "molecule"), "test", "-s", "default"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    for step in ("syntax", "prepare", "check", "converge", "idempotence", "verify", "cleanup"):
+        assert f"{step}: Executed: Successful" in out, f"{step} did not succeed:\n{out[-4000:]}"
+    assert "failed=1" not in out

@@ -1,0 +1,317 @@
+"""The playbooks for real: ansible-playbook against local slots (connection=local, loopback ports only).
+
+Every test gets its own cluster name, per-host prefix, artifacts directory and free ports, and stops whatever it
+started. The inventory is the real script (inventory/tfcluster.py, TFCLUSTER_SOURCE=local). Bring-your-own-script
+jobs (byo_job.py, no TensorFlow) keep most tests fast; the built-in trainer and the Keras guide example run once
+each with real MultiWorkerMirroredStrategy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+TFJOB = REPO / "playbooks/roles/tf_job/files/tfjob.py"
+PLAYBOOKS = ("site.yml", "train.yml", "collect.yml", "stop.yml", "status.yml")
+BYO = str(HERE / "byo_job.py")
+# BYO jobs import no TensorFlow: skip the import checks there (one test keeps them).
+NO_TF = {"tf_job_preflight_imports": [], "python_runtime_verify_imports": [], "tf_job_poll_interval": 1,
+         "tf_job_poll_max_interval": 2}
+
+pytestmark = pytest.mark.integration
+
+
+def free_base_port(count: int) -> int:
+    """A base port with `count` consecutive free loopback ports."""
+    for _ in range(200):
+        base = random.randint(20000, 40000)
+        socks = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sock.bind(("127.0.0.1", port))
+                socks.append(sock)
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no free port range")
+
+
+@dataclass
+class Cluster:
+    tmp: Path
+    workers: int = 2
+    name: str = field(default_factory=lambda: f"pbtest-{os.getpid()}-{random.randint(0, 99999)}")
+
+    def __post_init__(self) -> None:
+        self.base_port = free_base_port(self.workers)
+        self.local_root = self.tmp / "local"
+        self.artifacts = self.tmp / "artifacts"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        for key in [k for k in env if k.startswith(("TFCLUSTER_", "ANSIBLE_"))]:
+            del env[key]
+        env.update({
+            "PATH": f"{BIN}:{env.get('PATH', '')}",
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
+            "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "true",
+            "ANSIBLE_NOCOLOR": "1",
+            "TFCLUSTER_SOURCE": "local",
+            "TFCLUSTER_WORKERS": str(self.workers),
+            "TFCLUSTER_BASE_PORT": str(self.base_port),
+            "TFCLUSTER_CLUSTER": self.name,
+        })
+        env.update(extra)
+        return env
+
+    def host_dir(self, host: str) -> Path:
+        return self.local_root / self.name / host
+
+    def playbook(self, playbook: str, job: str, *args: str, extra_vars: dict | None = None,
+                 env: dict[str, str] | None = None, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+        variables = {"tfcluster_job": job, "tfcluster_cluster": "test", "tfcluster_local_root": str(self.local_root),
+                     "tfcluster_artifacts": str(self.artifacts / job), **(extra_vars or {})}
+        cmd = [str(BIN / "ansible-playbook"), "-i", str(REPO / "inventory/tfcluster.py"),
+               str(REPO / "playbooks" / playbook), "-e", json.dumps(variables), *args]
+        return subprocess.run(cmd, cwd=REPO, env=env or self.env(), capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+    def stop_everything(self) -> None:
+        for spec in self.local_root.glob("*/*/etc/tfcluster/*.json"):
+            subprocess.run([sys.executable, str(TFJOB), "stop", str(spec)], capture_output=True, check=False)
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP counters per host."""
+    result: dict[str, dict[str, int]] = {}
+    text = output.split("PLAY RECAP", 1)[-1]
+    for line in text.splitlines():
+        parts = line.split(":", 1)
+        if len(parts) == 2 and "ok=" in parts[1]:
+            result[parts[0].strip()] = {k: int(v) for k, v in (kv.split("=") for kv in parts[1].split())}
+    return result
+
+
+def assert_ok(proc: subprocess.CompletedProcess[str]) -> None:
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    yield c
+    c.stop_everything()
+
+
+def byo_vars(args: str, **more: object) -> dict:
+    return {"tfcluster_script": BYO, "tfcluster_script_args": args, **NO_TF, **more}
+
+
+def test_syntax_check_every_playbook(cluster: Cluster) -> None:
+    for playbook in PLAYBOOKS:
+        proc = cluster.playbook(playbook, "syntax", "--syntax-check")
+        assert_ok(proc)
+
+
+def test_ansible_lint_production_profile_is_clean() -> None:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    proc = subprocess.run([str(BIN / "ansible-lint"), "--offline", "--profile", "production", "playbooks/"],
+                          cwd=REPO, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "0 failure(s), 0 warning(s)" in proc.stdout + proc.stderr
+    assert "skip_list" not in (REPO / ".ansible-lint").read_text()
+
+
+def test_check_mode_on_fresh_hosts_changes_nothing(cluster: Cluster) -> None:
+    proc = cluster.playbook("train.yml", "dry", "--check", "--diff", extra_vars=byo_vars("--steps 2"))
+    assert_ok(proc)
+    assert "PLAY RECAP" in proc.stdout
+    # Nothing was created on the hosts and nothing ran.
+    for host in ("worker-0", "worker-1"):
+        assert not (cluster.host_dir(host) / "etc/tfcluster/dry.env").exists()
+        assert not (cluster.host_dir(host) / "run/tfcluster/dry/state.json").exists()
+
+
+def test_byo_job_trains_collects_and_reruns_idempotently(cluster: Cluster) -> None:
+    extra = byo_vars("--steps 4", tfcluster_script_requirements=str(HERE / "byo_requirements.txt"))
+    proc = cluster.playbook("train.yml", "byo", extra_vars=extra)
+    assert_ok(proc)
+    assert "worker-0   worker:0" in proc.stdout  # a live progress line per worker
+    chief_model = cluster.host_dir("worker-0") / "var/lib/tfcluster/byo"
+    # The script got TF_CONFIG and the model dir, ran on both slots, and the role finalized the chief's dir.
+    for host, index in (("worker-0", 0), ("worker-1", 1)):
+        env_file = (cluster.host_dir(host) / "etc/tfcluster/byo.env").read_text()
+        assert f'"index":{index}' in env_file.replace(" ", "")
+        state = json.loads((cluster.host_dir(host) / "run/tfcluster/byo/state.json").read_text())
+        assert state["state"] == "succeeded" and state["exit_code"] == 0
+    assert (chief_model / "DONE").is_file()
+    artifacts = cluster.artifacts / "byo"
+    assert (artifacts / "export/model.txt").read_text() == "weights\n"
+    assert (artifacts / "MANIFEST.sha256").is_file() and (artifacts / "DONE").is_file()
+    assert "files verified into" in proc.stdout
+
+    # A second run of the finished job: not retrained, nothing changed anywhere.
+    again = cluster.playbook("train.yml", "byo", extra_vars=extra)
+    assert_ok(again)
+    assert "already finished" in again.stdout
+    counts = recap(again.stdout)
+    assert counts and all(c["changed"] == 0 for c in counts.values()), again.stdout[-3000:]
+    log = (cluster.host_dir("worker-0") / "var/log/tfcluster/byo.log").read_text()
+    assert log.count("--- tfjob start") == 1
+
+    # site.yml again: changed=0 on every host (the idempotence bar).
+    site = cluster.playbook("site.yml", "byo", extra_vars=extra)
+    assert_ok(site)
+    counts = recap(site.stdout)
+    assert set(counts) >= {"worker-0", "worker-1"}
+    assert all(c["changed"] == 0 for c in counts.values()), site.stdout[-3000:]
+
+    # Status and collect stand alone too; a new job id is a new job (fresh model dir, trains again).
+    status = cluster.playbook("status.yml", "byo", extra_vars=extra)
+    assert_ok(status)
+    assert "succeeded" in status.stdout
+    collect = cluster.playbook("collect.yml", "byo", extra_vars=extra)
+    assert_ok(collect)
+    assert all(c["changed"] == 0 for c in recap(collect.stdout).values())
+
+
+def test_collect_verifies_every_sha256_and_refuses_without_done(cluster: Cluster) -> None:
+    extra = byo_vars("--steps 2")
+    assert_ok(cluster.playbook("train.yml", "tamper", extra_vars=extra))
+    model_dir = cluster.host_dir("worker-0") / "var/lib/tfcluster/tamper"
+    (model_dir / "export/model.txt").write_text("evil\n")
+    proc = cluster.playbook("collect.yml", "tamper", extra_vars=extra)
+    assert proc.returncode != 0
+    assert "sha256 mismatch: export/model.txt" in proc.stdout
+    (model_dir / "DONE").unlink()
+    elsewhere = {**extra, "tfcluster_artifacts": str(cluster.tmp / "x")}
+    proc = cluster.playbook("collect.yml", "tamper", extra_vars=elsewhere)
+    assert proc.returncode != 0
+    assert "Refusing to collect job tamper from worker-0" in proc.stdout
+    assert not (cluster.tmp / "x").exists()
+
+
+def test_fail_fast_kill_one_worker_stops_the_whole_job(cluster: Cluster) -> None:
+    extra = byo_vars("--forever --step-seconds 0.2", tf_job_max_restarts=0)
+    proc = subprocess.Popen(
+        [str(BIN / "ansible-playbook"), "-i", str(REPO / "inventory/tfcluster.py"), str(REPO / "playbooks/train.yml"),
+         "-e", json.dumps({"tfcluster_job": "ff", "tfcluster_cluster": "test",
+                           "tfcluster_local_root": str(cluster.local_root),
+                           "tfcluster_artifacts": str(cluster.artifacts / "ff"), **extra})],
+        cwd=REPO, env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pid_file = cluster.host_dir("worker-1") / "run/tfcluster/ff/main.pid"
+    status_file = cluster.host_dir("worker-1") / "var/lib/tfcluster/ff/status.json"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (pid_file.exists() and status_file.exists()):
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        time.sleep(0.5)
+    assert pid_file.exists(), "the job never started"
+    victim = int(pid_file.read_text())
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.time()
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode != 0
+    assert time.time() - killed_at < 60
+    assert "Job ff failed on worker-1" in out, out[-4000:]
+    assert "exit code 137" in out and "Last lines of worker-1's log:" in out and "step " in out
+    for host in ("worker-0", "worker-1"):
+        state = json.loads((cluster.host_dir(host) / "run/tfcluster/ff/state.json").read_text())
+        assert state["state"] in ("stopped", "failed"), (host, state)
+        main_pid = int((cluster.host_dir(host) / "run/tfcluster/ff/main.pid").read_text())
+        assert not Path(f"/proc/{main_pid}").exists() or "Z" in Path(f"/proc/{main_pid}/stat").read_text().split()[2]
+
+
+def test_stall_fails_the_job_naming_the_host(cluster: Cluster) -> None:
+    extra = byo_vars("--steps 1 --step-seconds 600", tf_job_stall_timeout=4)
+    proc = cluster.playbook("train.yml", "stall", extra_vars=extra, timeout=200)
+    assert proc.returncode != 0
+    assert "made no progress for 4s (tf_job_stall_timeout)" in proc.stdout
+    assert "Every task of the job was stopped" in proc.stdout
+
+
+def test_workers_zero_is_a_clear_error_and_starts_nothing(cluster: Cluster) -> None:
+    proc = cluster.playbook("train.yml", "zero", extra_vars=byo_vars("--steps 1"),
+                            env=cluster.env(TFCLUSTER_WORKERS="0"))
+    assert proc.returncode != 0
+    assert "TFCLUSTER_WORKERS" in proc.stdout + proc.stderr
+    assert not cluster.local_root.exists()
+
+
+def test_busy_port_fails_preflight_naming_the_host_and_starts_nothing(cluster: Cluster) -> None:
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", cluster.base_port + 1))
+    squatter.listen()
+    try:
+        proc = cluster.playbook("train.yml", "busy", extra_vars=byo_vars("--steps 1"))
+    finally:
+        squatter.close()
+    assert proc.returncode != 0
+    assert f"worker-1: port 127.0.0.1:{cluster.base_port + 1} is not free" in proc.stdout
+    assert "Nothing was started" in proc.stdout
+    for host in ("worker-0", "worker-1"):
+        assert not (cluster.host_dir(host) / "run/tfcluster/busy/state.json").exists()
+        assert not (cluster.host_dir(host) / "var/log/tfcluster/busy.log").exists()
+
+
+def test_missing_runtime_module_fails_preflight(cluster: Cluster) -> None:
+    extra = {**byo_vars("--steps 1"), "tf_job_preflight_imports": ["no_such_module_tfcluster"]}
+    proc = cluster.playbook("train.yml", "noimport", extra_vars=extra)
+    assert proc.returncode != 0
+    assert "cannot import no_such_module_tfcluster" in proc.stdout
+    assert "Nothing was started" in proc.stdout
+    assert not (cluster.host_dir("worker-0") / "run/tfcluster/noimport/state.json").exists()
+
+
+@pytest.mark.slow
+def test_builtin_trainer_real_multiworker_mirrored(cluster: Cluster) -> None:
+    extra = {"tfcluster_epochs": 2, "tfcluster_trainer_args": "--max-examples 4096 --no-tensorboard",
+             "tf_job_poll_interval": 3}
+    proc = cluster.playbook("train.yml", "mwms", extra_vars=extra, timeout=600)
+    assert_ok(proc)
+    artifacts = cluster.artifacts / "mwms"
+    metrics = json.loads((artifacts / "metrics.json").read_text())
+    assert metrics["strategy"] == "multi_worker_mirrored" and metrics["workers"] == 2
+    assert metrics["epochs"] == 2 and 0.0 < metrics["accuracy"] <= 1.0
+    assert (artifacts / "export/saved_model.pb").is_file()
+    demo = subprocess.run([sys.executable, "-m", "tools.demo", "--artifacts", str(artifacts)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert demo.returncode == 0, demo.stderr
+    assert "accuracy" in demo.stdout and str(artifacts) in demo.stdout
+    assert (artifacts / "training.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_keras_guide_example_runs_as_a_byo_job(cluster: Cluster, tmp_path: Path) -> None:
+    import numpy as np
+
+    data = tmp_path / "mnist-small.npz"
+    rng = np.random.default_rng(0)
+    np.savez(data, x_train=rng.integers(0, 255, (2048, 28, 28), dtype=np.uint8),
+             y_train=rng.integers(0, 10, 2048, dtype=np.uint8))
+    extra = {"tfcluster_script": str(REPO / "examples/keras_multiworker/train.py"),
+             "tfcluster_script_args": f"--data {data} --epochs 2 --steps-per-epoch 10",
+             "tf_job_poll_interval": 3}
+    proc = cluster.playbook("train.yml", "guide", extra_vars=extra, timeout=600)
+    assert_ok(proc)
+    artifacts = cluster.artifacts / "guide"
+    assert (artifacts / "DONE").is_file()
+    assert any(p.name == "saved_model.pb" or p.suffix == ".keras" for p in artifacts.rglob("*"))
