@@ -88,6 +88,7 @@ lint: setup ## ruff, ansible-lint (production profile), terraform fmt
 bench: setup ## Benchmarks (print ratios measured in one run)
 	$(PY) bench/inventory_build.py
 	$(PY) bench/train_throughput.py
+	$(PY) bench/scaling.py
 
 ##@ Lab of real hosts (root: systemd-nspawn hosts on a private bridge; docs/lab.md)
 LAB_HOSTS ?= 3## lab-up: number of hosts (a chief and LAB_HOSTS-1 workers)

@@ -1,0 +1,116 @@
+"""Throughput: the Keras multi-worker reference pipeline vs ``python -m trainer``, same model, data and machine.
+
+Reference (the keras.io multi-worker MNIST example's input + fit): float32 arrays scaled in NumPy,
+``from_tensor_slices(...).shuffle(10000).batch(global_batch)``, a plain ``model.fit`` (one step per call, a new
+iterator per epoch), built and compiled in ``MirroredStrategy.scope()``. Ours: the trainer with its defaults (uint8
+in the pipeline, normalise per batch, infinite stream + ``steps_per_epoch``, prefetch, ``steps_per_execution``, XLA
+on one host). Both use legacy Keras (tf_keras) and the reference CNN at 64 examples per replica on real MNIST.
+
+Prints examples/s of each (steady state: the epochs after the first) and the ratio. One run; not a timed test.
+
+    .venv/bin/python bench/train_throughput.py [--epochs 4] [--data .cache/datasets/mnist.npz] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+REFERENCE = r"""
+import json, sys, time
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+data, epochs, per_replica = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with np.load(data) as npz:
+    x = npz["x_train"].astype("float32")[..., None] / 255.0
+    y = npz["y_train"].astype("int64")
+strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+global_batch = per_replica * strategy.num_replicas_in_sync
+ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(10000).batch(global_batch)
+with strategy.scope():
+    model = keras.Sequential([
+        keras.Input(shape=(28, 28, 1)),
+        keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Flatten(),
+        keras.layers.Dense(10, activation="softmax"),
+    ])
+    model.compile(optimizer=keras.optimizers.Adam(0.001), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+
+class Timer(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.times = []
+    def on_epoch_begin(self, epoch, logs=None):
+        self.t0 = time.monotonic()
+    def on_epoch_end(self, epoch, logs=None):
+        self.times.append(time.monotonic() - self.t0)
+
+timer = Timer()
+hist = model.fit(ds, epochs=epochs, callbacks=[timer], verbose=0)
+n = (len(x) // global_batch) * global_batch + len(x) % global_batch
+steady = timer.times[1:] or timer.times
+print(json.dumps({"examples_per_sec": n * len(steady) / sum(steady), "epoch_seconds": timer.times,
+                  "accuracy": hist.history["accuracy"][-1]}))
+"""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO),
+                "TFCLUSTER_SPOT_WATCH": "off"})
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def run_reference(data: Path, epochs: int, per_replica: int) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", REFERENCE, str(data), str(epochs), str(per_replica)], env=_env(),
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_trainer(data: Path, epochs: int, per_replica: int, extra: list[str]) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "trainer", "--model-dir", tmp, "--data", str(data), "--epochs", str(epochs),
+               "--batch-size-per-replica", str(per_replica), "--no-tensorboard", "--no-evaluate", *extra]
+        subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, check=True)
+        return json.loads((Path(tmp) / "metrics.json").read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--batch-size-per-replica", type=int, default=64)
+    p.add_argument("--data", type=Path, default=REPO / ".cache" / "datasets" / "mnist.npz")
+    p.add_argument("--trainer-args", default="", help="extra trainer flags, e.g. '--jit-compile off'")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = p.parse_args(argv)
+    ref = run_reference(args.data, args.epochs, args.batch_size_per_replica)
+    ours = run_trainer(args.data, args.epochs, args.batch_size_per_replica, args.trainer_args.split())
+    ratio = ours["examples_per_sec"] / ref["examples_per_sec"]
+    result = {"reference_examples_per_sec": round(ref["examples_per_sec"], 1),
+              "trainer_examples_per_sec": ours["examples_per_sec"], "ratio": round(ratio, 2), "goal": 2.5,
+              "reference_epoch_seconds": [round(s, 2) for s in ref["epoch_seconds"]],
+              "trainer_epoch_seconds": ours["epoch_seconds"], "trainer_steps_per_execution":
+              ours["steps_per_execution"], "epochs": args.epochs, "cpus": os.cpu_count()}
+    print(f"reference pipeline : {ref['examples_per_sec']:10.0f} examples/s")
+    print(f"tfcluster trainer  : {ours['examples_per_sec']:10.0f} examples/s")
+    print(f"ratio              : {ratio:10.2f}x  (goal >= 2.5x)")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
