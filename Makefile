@@ -17,6 +17,8 @@ TRAINER_ARGS ?=## extra arguments of the built-in trainer
 AUTO_APPROVE ?=## set to 1 to apply/destroy on AWS without the confirmation prompt
 EPOCHS   ?=## override the trainer's epoch count
 PYTEST_ARGS ?=## extra pytest arguments, e.g. -k inventory
+ANSIBLE_ARGS ?=## extra ansible-playbook arguments, e.g. -e tf_job_stall_timeout=120
+WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tools.lab.wheelhouse)
 
 VENV := .venv
 PY   := $(VENV)/bin/python
@@ -37,7 +39,8 @@ export TFCLUSTER_TF_DIR := $(CURDIR)/infra/$(CLUSTER)
 endif
 INVENTORY := inventory/tfcluster.py
 PLAYBOOK_VARS := -e tfcluster_job=$(JOB) -e tfcluster_cluster=$(CLUSTER) $(if $(SCRIPT),-e tfcluster_script=$(SCRIPT)) $(if $(EPOCHS),-e tfcluster_epochs=$(EPOCHS))
-PLAYBOOK_VARS += $(if $(SCRIPT_ARGS),-e "tfcluster_script_args='$(SCRIPT_ARGS)'") $(if $(SCRIPT_REQUIREMENTS),-e tfcluster_script_requirements=$(SCRIPT_REQUIREMENTS)) $(if $(TRAINER_ARGS),-e "tfcluster_trainer_args='$(TRAINER_ARGS)'")
+PLAYBOOK_VARS += $(if $(filter onprem,$(CLUSTER)),$(if $(wildcard $(WHEELHOUSE)),-e python_runtime_wheelhouse=$(abspath $(WHEELHOUSE))))
+PLAYBOOK_VARS += $(ANSIBLE_ARGS) $(if $(SCRIPT_ARGS),-e "tfcluster_script_args='$(SCRIPT_ARGS)'") $(if $(SCRIPT_REQUIREMENTS),-e tfcluster_script_requirements=$(SCRIPT_REQUIREMENTS)) $(if $(TRAINER_ARGS),-e "tfcluster_trainer_args='$(TRAINER_ARGS)'")
 
 ##@ The two commands
 .PHONY: demo
@@ -95,11 +98,16 @@ LAB_HOSTS ?= 3## lab-up: number of hosts (a chief and LAB_HOSTS-1 workers)
 
 .PHONY: setup-lab
 setup-lab: setup ## Install debootstrap + systemd-container and build the cached lab rootfs (root only)
-	@if [ "$$(id -u)" = 0 ]; then $(PY) -m tools.lab setup; else echo "skipping lab setup (needs root)"; fi
+	@if [ "$$(id -u)" = 0 ]; then $(PY) -m tools.lab setup && $(PY) -m tools.lab.wheelhouse; else echo "skipping lab setup (needs root)"; fi
 
 .PHONY: lab-up
 lab-up: setup-lab ## Boot a lab of real hosts and write its on-prem host file (see docs/lab.md)
 	$(PY) -m tools.lab up --hosts $(LAB_HOSTS)
+
+.PHONY: bench-lab
+bench-lab: setup-lab ## Lab benchmarks: runtime install, first step, no-op re-run 4 vs 1 hosts, fail-fast, collector
+	$(PY) bench/lab_runtime_install.py
+	$(PY) bench/lab_flows.py
 
 .PHONY: lab-down
 lab-down: ## Stop every lab; removes bridges, mounts, cgroups (safe to re-run)

@@ -13,10 +13,18 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tools.lab import Lab
+from tests.lab.flows_lib import EPOCHS, FLOW_LAB, FLOW_NAMES, PS_SLOTS, TINY_TRAINER_ARGS, Flows
+from tools.lab import Lab, LabError
+from tools.lab.wheelhouse import DEFAULT_DEST, build
 
 # Test labs use their own host names so they never clash with a lab started by `make lab-up` (chief-0, ...).
 LAB3_NAMES = ("t-chief-0", "t-worker-0", "t-worker-1")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the flow tests (tests/lab/test_flow_*.py) last: their session lab (4 hosts with TensorFlow) then lives
+    only while they run, and the lab tool's own tests run first, on a quiet machine."""
+    items.sort(key=lambda item: item.path.name.startswith("test_flow_"))  # stable: keeps the order otherwise
 
 
 def _start(request: pytest.FixtureRequest, **kwargs: object) -> Lab:
@@ -43,3 +51,39 @@ def lab3(request: pytest.FixtureRequest) -> Iterator[Lab]:
     lab = _start(request, slots=("chief", "worker", "worker"), name="pt3", names=LAB3_NAMES)
     yield lab
     assert not [h.name for h in lab.hosts if lab.is_cut(h.name)], "a test left a host cut"
+
+
+# Settings every flow's playbook run gets (-e): tiny training, quick polling and restarts.
+FLOW_VARS: dict[str, object] = {
+    "tfcluster_trainer_args": TINY_TRAINER_ARGS,
+    "tfcluster_epochs": EPOCHS,
+    "tf_job_poll_interval": 2,
+    "tf_job_restart_sec": 2,
+    "tf_job_stall_timeout": 180,
+    "tf_job_wait_timeout": 900,
+}
+
+
+@pytest.fixture(scope="session")
+def flow_lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flows]:
+    """The prepared flow lab, once per session: 4 hosts (f-chief, f-w0, f-w1, f-ps), the wheelhouse built on the
+    control machine, and site.yml run over SSH on all of them (driver role skips, TensorFlow installed from the
+    wheelhouse, trainer deployed). Every flow test reuses it; each writes its own host file and job id.
+    ``flows.prepare_run`` is that first site.yml run (the on-prem flow asserts on it)."""
+    build(dest=DEFAULT_DEST)
+    slots = ("chief", "worker", "worker", "ps")
+    if os.environ.get("TFCLUSTER_FLOW_REUSE") == "1":  # development only: keep the prepared lab between runs
+        try:
+            lab = Lab.attach(FLOW_LAB)
+        except LabError:
+            lab = Lab(slots=slots, name=FLOW_LAB, names=FLOW_NAMES).start()
+    else:
+        lab = _start(request, slots=slots, name=FLOW_LAB, names=FLOW_NAMES)
+    flows = Flows(lab, tmp_path_factory.mktemp("flows"), DEFAULT_DEST, common_vars=dict(FLOW_VARS))
+    flows.prepare_run = flows.run("site.yml", flows.hosts_file("prepare-all", PS_SLOTS), job="prepare",
+                                  timeout=1500)
+    if flows.prepare_run.returncode != 0:
+        pytest.fail("preparing the flow lab (site.yml on 4 hosts) failed:\n" + flows.prepare_run.describe(80))
+    yield flows
+    left = [h for h in FLOW_NAMES if lab.is_cut(h)]
+    assert not left, f"a flow test left hosts cut: {left}"

@@ -579,12 +579,15 @@ def leftovers(lab_dir: Path | None = None, lab: str | None = None) -> list[str]:
                 found.append(f"cgroup {g}")
         if (root / "run" / name).exists():
             found.append(f"state dir {root / 'run' / name}")
-    found += [f"mount {m}" for m in system.mounts_under(root / "run")] if (root / "run").exists() else []
+    # With ``lab`` only that lab's mounts and processes count: another lab may be up at the same time.
+    scope = root / "run" / lab if lab else root
+    found += [f"mount {m}" for m in system.mounts_under(root / "run")
+              if m == scope or scope in m.parents] if (root / "run").exists() else []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"systemd-nspawn") and str(root).encode() in b" ".join(argv):
+        if argv and argv[0].endswith(b"systemd-nspawn") and f"{scope}/".encode() in b" ".join(argv) + b"/":
             found.append(f"process {proc.name}: {b' '.join(argv).decode(errors='replace')}")
     return found

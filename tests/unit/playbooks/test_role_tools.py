@@ -83,6 +83,21 @@ def test_systemd_state(props: dict, state: str) -> None:
     assert tfjob.systemd_state(props) == state
 
 
+@pytest.mark.parametrize(("text", "state", "code"), [
+    (None, "inactive", None),                        # never ended on this host (or rebooted: /run is gone)
+    ("success exited 0\n", "succeeded", 0),
+    ("success exited 3\n", "preempted", 3),          # SuccessExitStatus=3: spot preemption, not a failure
+    ("exit-code exited 1\n", "stopped", 1),
+    ("signal killed KILL\n", "stopped", None),
+    ("garbage\n", "inactive", None),
+])
+def test_last_exit_of_an_unloaded_unit(tmp_path: Path, text: str | None, state: str, code: int | None) -> None:
+    """systemd unloads an inactive unit (its properties read "never started"); ExecStopPost's record decides."""
+    if text is not None:
+        (tmp_path / "last-exit").write_text(text)
+    assert tfjob.last_exit_state(tfjob.read_last_exit(str(tmp_path))) == (state, code)
+
+
 # --- the supervisor ---------------------------------------------------------------------------------------------
 
 def write_spec(tmp: Path, argv: list[str], **more: object) -> Path:

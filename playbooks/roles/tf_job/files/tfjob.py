@@ -383,6 +383,29 @@ def process_status(spec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def read_last_exit(run_dir: str) -> list[str] | None:
+    """``SERVICE_RESULT EXIT_CODE EXIT_STATUS`` written by the unit's ExecStopPost (None: never ended here)."""
+    try:
+        with open(os.path.join(run_dir, "last-exit"), encoding="utf-8") as handle:
+            fields = handle.read().split()
+    except OSError:
+        return None
+    return fields if len(fields) == 3 else None
+
+
+def last_exit_state(fields: Sequence[str] | None) -> tuple[str, int | None]:
+    """State and exit code of a task whose unit systemd already unloaded (it forgets inactive units)."""
+    if fields is None:
+        return "inactive", None
+    result, code, status = fields
+    exit_code = int(status) if status.isdigit() else None
+    if code == "exited" and exit_code == PREEMPTED_EXIT:
+        return "preempted", exit_code
+    if result == "success" and code == "exited" and exit_code == 0:
+        return "succeeded", 0
+    return "stopped", exit_code
+
+
 def systemd_state(props: Mapping[str, str]) -> str:
     active = props.get("ActiveState", "inactive")
     status = props.get("ExecMainStatus", "0")
@@ -401,7 +424,7 @@ def systemd_state(props: Mapping[str, str]) -> str:
     return "stopped"
 
 
-def unit_status(unit: str, lines: int) -> dict[str, Any]:
+def unit_status(unit: str, lines: int, run_dir: str | None = None) -> dict[str, Any]:
     keys = "ActiveState,SubState,Result,ExecMainStatus,ExecMainCode,NRestarts,MainPID,ExecMainStartTimestampMonotonic"
     out = subprocess.run(["systemctl", "show", unit, "-p", keys], stdout=subprocess.PIPE, text=True,
                          check=False).stdout
@@ -414,9 +437,13 @@ def unit_status(unit: str, lines: int) -> dict[str, Any]:
     with contextlib.suppress(ValueError, IndexError, KeyError):
         log_mtime = int(json.loads(since.stdout.splitlines()[-1])["__REALTIME_TIMESTAMP"]) / 1e6
     main_pid = int(props.get("MainPID", "0") or 0)
+    state, exit_code = systemd_state(props), int(props.get("ExecMainStatus", "0") or 0)
+    if state == "inactive" and run_dir:  # unloaded after it ended: how it ended is in run_dir/last-exit
+        state, last_code = last_exit_state(read_last_exit(run_dir))
+        exit_code = last_code if last_code is not None else exit_code
     return {
-        "state": systemd_state(props),
-        "exit_code": int(props.get("ExecMainStatus", "0") or 0),
+        "state": state,
+        "exit_code": exit_code,
         "signal": None,
         "restarts": int(props.get("NRestarts", "0") or 0),
         "pid": main_pid or None,
@@ -432,7 +459,7 @@ def status(spec_file: str, unit: str | None, tail_lines: int | None = None) -> d
     spec = load_spec(spec_file)
     if tail_lines is not None:
         spec["log_tail_lines"] = tail_lines
-    result = unit_status(unit, int(spec["log_tail_lines"])) if unit else process_status(spec)
+    result = unit_status(unit, int(spec["log_tail_lines"]), spec["run_dir"]) if unit else process_status(spec)
     result.update(model_dir_facts(spec["model_dir"]))
     result["name"] = spec["name"]
     result["model_dir"] = spec["model_dir"]

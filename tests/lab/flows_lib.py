@@ -1,0 +1,271 @@
+"""Helpers for the end-to-end flows on the lab: host files for sub-clusters, playbook runs, host state probes.
+
+One lab of 4 hosts (``FLOW_NAMES``) is prepared once per session (``flow_lab`` in conftest.py): the runtime is
+installed from the wheelhouse by site.yml. Each flow writes its own host file that gives the same hosts the slots it
+needs (MultiWorkerMirrored: chief + 2 workers; ParameterServer: chief + ps + 2 workers), and uses its own job id, so
+flows never see each other's model dirs or units.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tools.lab import Lab
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.prefix) / "bin"
+ANSIBLE_PLAYBOOK = VENV_BIN / "ansible-playbook"
+INVENTORY = REPO / "inventory" / "tfcluster.py"
+# Development only: run the flows against a patched copy of playbooks/ (tfcluster_root still points here).
+PLAYBOOKS = Path(os.environ.get("TFCLUSTER_FLOW_PLAYBOOKS", REPO / "playbooks"))
+
+FLOW_LAB = "flow"
+# Host names of the shared flow lab; slots come from each flow's own host file.
+FLOW_NAMES = ("f-chief", "f-w0", "f-w1", "f-ps")
+MWMS_SLOTS = (("f-chief", "chief", 0), ("f-w0", "worker", 0), ("f-w1", "worker", 1))
+PS_SLOTS = (("f-chief", "chief", 0), ("f-ps", "ps", 0), ("f-w0", "worker", 0), ("f-w1", "worker", 1))
+TRAIN_PORT = 12345
+
+# Tiny training: synthetic data, 3 epochs of a few steps (the CI budget); a status line every second.
+TINY_TRAINER_ARGS = ("--dataset synthetic --synthetic-examples 2048 --batch-size-per-replica 16 "
+                     "--steps-per-execution 1 --no-evaluate --no-tensorboard --status-interval 1 --log-level INFO")
+EPOCHS = 3
+
+RECAP_RE = re.compile(r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
+                      r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)", re.MULTILINE)
+
+
+# A playbook run in the background: (process, its log file, argv, monotonic start).
+Started = tuple[subprocess.Popen[str], Path, list[str], float]
+
+
+def render_hosts_file(lab: Lab, slots: Sequence[tuple[str, str, int]], cluster_name: str,
+                      extra: Sequence[Mapping[str, object]] = (), port: int = TRAIN_PORT) -> str:
+    """An on-prem host file (inventory static source) that gives lab hosts the slots a flow needs."""
+    lines = [f"# Flow host file for lab {lab.paths.lab!r} (tests/lab/flows_lib.py)", f"cluster_name: {cluster_name}",
+             "hosts:"]
+    entries: list[Mapping[str, object]] = [
+        {"name": name, "address": lab.host(name).address, "task_type": task_type, "task_index": index}
+        for name, task_type, index in slots]
+    for entry in [*entries, *extra]:
+        full = {"ssh_user": "root", "ssh_port": 22, "port": port, "gpus": 0, **entry}
+        lines.append(f"  - name: {full.pop('name')}")
+        lines += [f"    {key}: {value}" for key, value in full.items()]
+    return "\n".join(lines) + "\n"
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP counters per host (the last recap wins for a host)."""
+    return {m["host"]: {k: int(m[k]) for k in ("ok", "changed", "unreachable", "failed")}
+            for m in RECAP_RE.finditer(output)}
+
+
+# Trainer finding 6: under ParameterServerStrategy the variables live on the ps hosts and a checkpoint save runs
+# there, into the chief's model dir path on the ps host's disk (no shared filesystem between lab hosts).
+needs_ps_checkpoint_fix = pytest.mark.xfail(
+    run=False, strict=True,
+    reason="trainer finding 6: PS checkpoint/backup saves run on the ps host ('backup-N_temp; No such file or "
+           "directory' there); save with CheckpointOptions(experimental_io_device='/job:chief/...')")
+
+
+@dataclass
+class PlaybookRun:
+    argv: list[str]
+    returncode: int
+    output: str
+    seconds: float
+
+    @property
+    def recap(self) -> dict[str, dict[str, int]]:
+        return recap(self.output)
+
+    def describe(self, tail: int = 60) -> str:
+        lines = self.output.splitlines()
+        return (f"`{shlex.join(self.argv)}` exited {self.returncode} after {self.seconds:.1f} s; last lines:\n"
+                + "\n".join(lines[-tail:]))
+
+
+@dataclass
+class Flows:
+    """The prepared flow lab: run playbooks against host files of its hosts, look at units and model dirs."""
+
+    lab: Lab
+    workdir: Path
+    wheelhouse: Path
+    prepare_run: PlaybookRun | None = None
+    common_vars: dict[str, object] = field(default_factory=dict)
+    # Job ids get this suffix: a reused lab (TFCLUSTER_FLOW_REUSE) still holds earlier sessions' finished jobs.
+    session: str = field(default_factory=lambda: f"{int(time.time()) % 100000:05d}")
+
+    def job(self, name: str) -> str:
+        return f"{name}-{self.session}"
+
+    def hosts_file(self, name: str, slots: Sequence[tuple[str, str, int]] = MWMS_SLOTS,
+                   extra: Sequence[Mapping[str, object]] = (), cluster_name: str = "lab-flow") -> Path:
+        path = self.workdir / f"{name}.yml"
+        path.write_text(render_hosts_file(self.lab, slots, cluster_name, extra))
+        return path
+
+    def env(self, hosts_file: Path) -> dict[str, str]:
+        env = {**os.environ, **self.lab.inventory_env(), "TFCLUSTER_HOSTS_FILE": str(hosts_file),
+               "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
+               "TFCLUSTER_CLUSTER": "tfcluster-onprem",
+               "ANSIBLE_CALLBACK_PLUGINS": str(Path(__file__).parent / "callback_plugins"),
+               "ANSIBLE_CALLBACKS_ENABLED": "flow_timing",
+               "ANSIBLE_FORCE_COLOR": "false", "ANSIBLE_NOCOLOR": "true", "PYTHONUNBUFFERED": "1"}
+        return env
+
+    def argv(self, playbook: str, job: str, extra_vars: Mapping[str, object] | None = None,
+             args: Sequence[str] = ()) -> list[str]:
+        evars = {"tfcluster_cluster": "onprem", "tfcluster_job": job, "python_runtime_wheelhouse": str(self.wheelhouse),
+                 "tfcluster_artifacts": str(self.artifacts(job)), **self.common_vars, **(extra_vars or {})}
+        if PLAYBOOKS != REPO / "playbooks":
+            evars["tfcluster_root"] = str(REPO)
+        return [str(ANSIBLE_PLAYBOOK), "-i", str(INVENTORY), str(PLAYBOOKS / playbook), "-e", json.dumps(evars),
+                *args]
+
+    def artifacts(self, job: str) -> Path:
+        return self.workdir / "artifacts" / job
+
+    def start(self, playbook: str, hosts_file: Path, job: str, extra_vars: Mapping[str, object] | None = None, *,
+              args: Sequence[str] = ()) -> Started:
+        argv = self.argv(playbook, job, extra_vars, args)
+        log = self.workdir / f"{job}-{playbook.removesuffix('.yml')}-{int(time.time() * 1000)}.log"
+        handle = open(log, "w")  # noqa: SIM115 - closed by wait()
+        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                                env=self.env(hosts_file), start_new_session=True)
+        handle.close()
+        return proc, log, argv, time.monotonic()
+
+    def wait(self, started: Started, timeout: float) -> PlaybookRun:
+        proc, log, argv, t0 = started
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 15)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+            raise AssertionError(f"`{shlex.join(argv)}` did not finish within {timeout:.0f} s; log: {log}\n"
+                                 + "\n".join(log.read_text(errors="replace").splitlines()[-60:])) from None
+        run = PlaybookRun(argv, proc.returncode, log.read_text(errors="replace"), time.monotonic() - t0)
+        print(f"[flows] {log.name}: exit {run.returncode} in {run.seconds:.1f} s")  # shown with pytest -s / -rA
+        return run
+
+    def run(self, playbook: str, hosts_file: Path, job: str, extra_vars: Mapping[str, object] | None = None, *,
+            timeout: float = 600, args: Sequence[str] = ()) -> PlaybookRun:
+        return self.wait(self.start(playbook, hosts_file, job, extra_vars, args=args), timeout)
+
+    # ---- state on the hosts ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def unit(job: str) -> str:
+        return f"tfcluster-{job}.service"
+
+    def unit_props(self, host: str, job: str) -> dict[str, str]:
+        keys = "LoadState,ActiveState,SubState,Result,ExecMainStatus,NRestarts,ExecMainStartTimestampMonotonic"
+        out = self.lab.ssh(host, f"systemctl show {self.unit(job)} -p {keys}", timeout=30).stdout
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def ever_started(self, host: str, job: str) -> bool:
+        props = self.unit_props(host, job)
+        return props.get("ExecMainStartTimestampMonotonic", "0") not in ("", "0")
+
+    def start_lines(self, host: str, job: str) -> list[str]:
+        """The journal's lines about the job's unit being started (systemd unloads an inactive unit, so its
+        properties cannot tell "never started" from "ran and finished"; the journal can)."""
+        out = self.lab.ssh(host, f"journalctl -u {self.unit(job)} --no-pager -q -o cat", check=False,
+                           timeout=30).stdout
+        return [line for line in out.splitlines() if line.startswith(("Started ", "Starting "))]
+
+    def never_started_anywhere(self, job: str, hosts: Sequence[str] = FLOW_NAMES) -> dict[str, list[str]]:
+        """{host: start lines} for every host where the job's unit was started (empty dict: none)."""
+        started = {h: self.start_lines(h, job) for h in hosts}
+        return {h: lines for h, lines in started.items() if lines}
+
+    def journal(self, host: str, job: str) -> list[str]:
+        """systemd's own lines about the job's unit (start, exit, restart, stop), oldest first."""
+        out = self.lab.ssh(host, f"journalctl -u {self.unit(job)} --no-pager -q -o cat SYSLOG_IDENTIFIER=systemd",
+                           check=False, timeout=30).stdout
+        return out.splitlines()
+
+    def active(self, host: str, job: str) -> bool:
+        return self.unit_props(host, job).get("ActiveState") in ("active", "activating", "deactivating", "reloading")
+
+    def trainer_pids(self, host: str, job: str) -> list[int]:
+        out = self.lab.ssh(host, f"systemctl show {self.unit(job)} -p MainPID --value", timeout=30).stdout.strip()
+        return [int(out)] if out and out != "0" else []
+
+    def model_dir(self, job: str) -> str:
+        return f"/var/lib/tfcluster/{job}"
+
+    def read_json(self, host: str, path: str) -> dict[str, object] | None:
+        proc = self.lab.ssh(host, f"cat {shlex.quote(path)}", check=False, timeout=30)
+        if proc.returncode != 0:
+            return None
+        try:
+            data = json.loads(proc.stdout)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+
+    def status(self, host: str, job: str) -> dict[str, object] | None:
+        return self.read_json(host, f"{self.model_dir(job)}/status.json")
+
+    def stop_everywhere(self, job: str, hosts: Sequence[str] = FLOW_NAMES) -> None:
+        """Test cleanup: stop the job's unit on every reachable host (never fails)."""
+        for host in hosts:
+            if self.lab.is_cut(host):
+                continue
+            self.lab.ssh(host, f"systemctl stop {self.unit(job)}; systemctl reset-failed {self.unit(job)}",
+                         check=False, timeout=60)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, message: str, interval: float = 0.5) -> float:
+    """Poll until ``predicate()``; returns the seconds it took, raises AssertionError with ``message``."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if predicate():
+            return time.monotonic() - t0
+        time.sleep(interval)
+    raise AssertionError(f"{message} (waited {timeout:.0f} s)")
+
+
+def epoch_of(status: Mapping[str, object] | None) -> int:
+    """Completed epochs according to a status.json (0 when unknown)."""
+    if not status:
+        return 0
+    for key in ("epochs_done", "completed_epochs", "epoch"):
+        value = status.get(key)
+        if isinstance(value, int):
+            return value
+    progress = status.get("progress")
+    if isinstance(progress, dict):
+        return epoch_of(progress)
+    return 0
+
+
+def step_of(status: Mapping[str, object] | None) -> int:
+    if not status:
+        return 0
+    for key in ("step", "global_step", "steps"):
+        value = status.get(key)
+        if isinstance(value, int):
+            return value
+    progress = status.get("progress")
+    if isinstance(progress, dict):
+        return step_of(progress)
+    return 0

@@ -1,0 +1,124 @@
+"""Faults injected mid-run on lab hosts (issue 6 item 4): a SIGKILLed trainer, a cut link, a rebooted worker.
+
+Each test starts train.yml in the background, waits until the workers have finished an epoch (so a backup exists),
+injects the fault from the control machine, and asserts how the job ends. Training is longer than the other flows
+(more steps per epoch) so the fault lands mid-run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.lab.flows_lib import (
+    MWMS_SLOTS,
+    TINY_TRAINER_ARGS,
+    Flows,
+    Started,
+    epoch_of,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+# More steps than the plain flows (~5-20 s per epoch on 2 shared cores), so the fault lands mid-run, after the
+# first epoch's backup and well before the last epoch ends.
+LONGER = {"tfcluster_trainer_args": TINY_TRAINER_ARGS + " --steps-per-epoch 300"}
+HOSTS = [h for h, _, _ in MWMS_SLOTS]
+STALL_TIMEOUT = 30  # tf_job_stall_timeout for the network cut (seconds without progress)
+
+
+def wait_for_epoch(flows: Flows, host: str, job: str, proc_started: Started, *, epochs: int = 1,
+                   timeout: float = 600) -> None:
+    """Wait until ``host`` has finished ``epochs`` epochs (a backup exists) and is training the next one."""
+    proc = proc_started[0]
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError("train.yml ended before the fault was injected:\n"
+                                 + proc_started[1].read_text(errors="replace")[-4000:])
+        status = flows.status(host, job)
+        return epoch_of(status) >= epochs and (status or {}).get("state") == "training"
+
+    wait_until(ready, timeout, f"{host} did not finish {epochs} epoch(s) of {job}", interval=1.0)
+
+
+def assert_all_stopped(flows: Flows, job: str, hosts: list[str]) -> None:
+    running = {h: flows.unit_props(h, job).get("ActiveState") for h in hosts if flows.active(h, job)}
+    assert running == {}, f"units of {job} still active after the failure: {running}"
+
+
+@pytest.mark.timeout(1800)
+def test_sigkill_worker_restarts_and_resumes_from_backup(flow_lab: Flows) -> None:
+    job = flow_lab.job("fault-kill")
+    try:
+        started = flow_lab.start("train.yml", flow_lab.hosts_file(job, MWMS_SLOTS), job, LONGER)
+        wait_for_epoch(flow_lab, "f-w0", job, started)
+        pids = flow_lab.trainer_pids("f-w0", job)
+        assert pids, "no trainer process on f-w0"
+        flow_lab.lab.ssh("f-w0", f"kill -9 {pids[0]}")
+        run = flow_lab.wait(started, timeout=900)
+        assert run.returncode == 0, run.describe(120)
+        journal = flow_lab.journal("f-w0", job)
+        assert any("Scheduled restart job" in line for line in journal), journal
+        assert any("status=9/KILL" in line for line in journal), journal
+        metrics = json.loads((flow_lab.artifacts(job) / "metrics.json").read_text())
+        assert metrics["epochs"] == 3, metrics
+        assert metrics["resumes"] >= 1 and metrics["initial_epoch"] >= 1, metrics
+        assert metrics["epochs_this_run"] == 3 - metrics["initial_epoch"], metrics
+    finally:
+        flow_lab.stop_everywhere(job)
+
+
+@pytest.mark.timeout(1800)
+def test_cut_worker_fails_fast_naming_it_then_rerun_resumes(flow_lab: Flows) -> None:
+    job = flow_lab.job("fault-cut")
+    evars = {**LONGER, "tf_job_stall_timeout": STALL_TIMEOUT}
+    hosts_file = flow_lab.hosts_file(job, MWMS_SLOTS)
+    try:
+        started = flow_lab.start("train.yml", hosts_file, job, evars)
+        wait_for_epoch(flow_lab, "f-w1", job, started)
+        flow_lab.lab.cut("f-w1")
+        cut_at = time.monotonic()
+        run = flow_lab.wait(started, timeout=STALL_TIMEOUT + 300)
+        failed_after = time.monotonic() - cut_at
+        print(f"[flows] cut f-w1 -> train.yml failed after {failed_after:.1f} s (stall timeout {STALL_TIMEOUT} s)")
+        assert run.returncode != 0, run.describe()
+        assert failed_after <= STALL_TIMEOUT + 60, run.describe()
+        assert "f-w1" in run.output and "Every task of the job was stopped" in run.output, run.describe(120)
+        assert_all_stopped(flow_lab, job, ["f-chief", "f-w0"])
+        assert not (flow_lab.artifacts(job) / "DONE").exists(), "a half-finished checkpoint was collected"
+        assert not (flow_lab.artifacts(job) / "export").exists(), "a half-finished checkpoint was collected"
+        flow_lab.lab.restore("f-w1")
+        wait_until(lambda: flow_lab.lab.reachable("f-w1"), 30, "f-w1 not reachable after restore")
+        rerun = flow_lab.run("train.yml", hosts_file, job, evars, timeout=900)
+        assert rerun.returncode == 0, rerun.describe(120)
+        metrics = json.loads((flow_lab.artifacts(job) / "metrics.json").read_text())
+        assert metrics["epochs"] == 3 and metrics["resumes"] >= 1 and metrics["initial_epoch"] >= 1, metrics
+    finally:
+        if flow_lab.lab.is_cut("f-w1"):
+            flow_lab.lab.restore("f-w1")
+        flow_lab.stop_everywhere(job)
+
+
+@pytest.mark.timeout(1800)
+def test_rebooted_worker_fails_the_job_cleanly(flow_lab: Flows) -> None:
+    """A reboot kills the trainer and the unit is not enabled (a job starts only by a gang start), so the job
+    cannot recover by itself: it must fail naming the host, with every unit stopped and nothing collected."""
+    job = flow_lab.job("fault-reboot")
+    try:
+        started = flow_lab.start("train.yml", flow_lab.hosts_file(job, MWMS_SLOTS), job, LONGER)
+        wait_for_epoch(flow_lab, "f-w0", job, started)
+        boots = flow_lab.lab.boots("f-w0")
+        flow_lab.lab.reboot("f-w0", wait=False)
+        run = flow_lab.wait(started, timeout=600)
+        assert run.returncode != 0, run.describe()
+        assert "f-w0" in run.output and "Every task of the job was stopped" in run.output, run.describe(120)
+        assert not (flow_lab.artifacts(job) / "DONE").exists()
+        wait_until(lambda: flow_lab.lab.boots("f-w0") > boots, 60, "f-w0 did not reboot")
+        flow_lab.lab.wait_ready(["f-w0"])
+        assert_all_stopped(flow_lab, job, HOSTS)
+    finally:
+        flow_lab.stop_everywhere(job)
