@@ -1,0 +1,94 @@
+"""`make demo` end to end, as a user runs it: provision infra/local against the emulated AWS endpoint, train 2
+workers through the playbooks with the terraform inventory, collect + verify, summary and plot; then destroy.
+
+Isolated from a developer's own demo: its own copy of infra/ (Terraform state), endpoint directory and port,
+cluster name, job id and training ports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trainer.artifacts import verify_manifest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _free_port_block(count: int) -> int:
+    """First of `count` consecutive ports free on 127.0.0.1 (checked now; the tests run one at a time)."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + count > 65535:
+            continue
+        try:
+            socks = []
+            for port in range(base, base + count):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no block of free ports on 127.0.0.1")
+
+
+@pytest.fixture
+def demo_env(repo: Path, tmp_path: Path) -> Iterator[tuple[list[str], dict[str, str], str]]:
+    shutil.copytree(repo / "infra", tmp_path / "infra", ignore=shutil.ignore_patterns(".terraform", "*.tfstate*"))
+    name = f"demo-test-{uuid.uuid4().hex[:8]}"
+    make_vars = [f"JOB={name}", f"TFCLUSTER_TF_DIR={tmp_path / 'infra' / 'local'}", f"TFCLUSTER_CLUSTER={name}"]
+    env = {**os.environ, "TFCLUSTER_LOCALAWS_DIR": str(tmp_path / "localaws"),
+           "TFCLUSTER_LOCALAWS_PORT": str(_free_port_block(1)), "TFCLUSTER_BASE_PORT": str(_free_port_block(4))}
+    yield make_vars, env, name
+    # Always tear down: destroy also stops the endpoint and checks that no instance of the cluster is left.
+    subprocess.run(["make", "destroy", "CLUSTER=local", *make_vars], cwd=repo, env=env, capture_output=True,
+                   text=True, timeout=600, check=False)
+    shutil.rmtree(repo / "artifacts" / "local" / name, ignore_errors=True)
+    shutil.rmtree(repo / ".cache" / "local" / name, ignore_errors=True)
+
+
+def test_make_demo_trains_collects_verifies_and_destroys(repo: Path, demo_env: tuple[list[str], dict[str, str], str]
+                                                         ) -> None:
+    make_vars, env, name = demo_env
+    demo = subprocess.run(["make", "demo", *make_vars], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=1500, check=False)
+    assert demo.returncode == 0, demo.stdout[-6000:] + demo.stderr[-3000:]
+    artifacts = repo / "artifacts" / "local" / name
+    assert (artifacts / "DONE").is_file()
+    assert verify_manifest(artifacts) == []
+    assert (artifacts / "training.png").stat().st_size > 0
+    metrics = json.loads((artifacts / "metrics.json").read_text())
+    assert metrics["strategy"] == "multi_worker_mirrored"
+    assert metrics["replicas"] == 2
+    assert metrics["accuracy"] > 0.8, metrics  # real MNIST, well above chance (0.1)
+    assert "accuracy:" in demo.stdout and str(artifacts) in demo.stdout
+
+    destroy = subprocess.run(["make", "destroy", "CLUSTER=local", *make_vars], cwd=repo, env=env,
+                             capture_output=True, text=True, timeout=600, check=False)
+    assert destroy.returncode == 0, destroy.stdout[-3000:] + destroy.stderr[-3000:]
+
+
+def test_make_demo_workers_zero_is_a_clear_error_and_starts_nothing(
+        repo: Path, demo_env: tuple[list[str], dict[str, str], str]) -> None:
+    make_vars, env, name = demo_env
+    demo = subprocess.run(["make", "demo", "WORKERS=0", *make_vars], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert demo.returncode != 0
+    out = demo.stdout + demo.stderr
+    assert "Fix:" in out or "Fix" in out, out[-3000:]
+    assert not (repo / ".cache" / "local" / name).exists()  # no task was set up, let alone started
+    assert not (repo / "artifacts" / "local" / name).exists()
