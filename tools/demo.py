@@ -61,6 +61,7 @@ def write_plot(history: Mapping[str, Sequence[float]], path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(9, 3.5))
     for key, axis in (("loss", ax_loss), ("accuracy", ax_acc)):
@@ -69,6 +70,7 @@ def write_plot(history: Mapping[str, Sequence[float]], path: Path) -> Path:
             if values:
                 axis.plot(range(1, len(values) + 1), values, style, label=prefix + key)
         axis.set_xlabel("epoch")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
         axis.set_title(key)
         axis.grid(True, alpha=0.3)
         axis.legend()
