@@ -244,28 +244,16 @@ def wait_until(predicate: Callable[[], bool], timeout: float, message: str, inte
     raise AssertionError(f"{message} (waited {timeout:.0f} s)")
 
 
+def _status_int(status: Mapping[str, object] | None, key: str) -> int:
+    value = (status or {}).get(key)
+    return value if isinstance(value, int) else 0
+
+
 def epoch_of(status: Mapping[str, object] | None) -> int:
-    """Completed epochs according to a status.json (0 when unknown)."""
-    if not status:
-        return 0
-    for key in ("epochs_done", "completed_epochs", "epoch"):
-        value = status.get(key)
-        if isinstance(value, int):
-            return value
-    progress = status.get("progress")
-    if isinstance(progress, dict):
-        return epoch_of(progress)
-    return 0
+    """Completed epochs according to the trainer's status.json (0 when unknown)."""
+    return _status_int(status, "epochs_done")
 
 
 def step_of(status: Mapping[str, object] | None) -> int:
-    if not status:
-        return 0
-    for key in ("step", "global_step", "steps"):
-        value = status.get(key)
-        if isinstance(value, int):
-            return value
-    progress = status.get("progress")
-    if isinstance(progress, dict):
-        return step_of(progress)
-    return 0
+    """Step within the current epoch according to the trainer's status.json (0 when unknown)."""
+    return _status_int(status, "step")
