@@ -43,7 +43,10 @@ class TaskBackup:
     reads its own copy; after reading, the tasks agree on the newest state all of them hold (see ``agree``).
     """
 
-    def __init__(self, directory: str, model: keras.Model) -> None:
+    def __init__(self, directory: str, model: keras.Model, io_device: str | None = None) -> None:
+        # Under ParameterServerStrategy the variables live on the ps tasks; without an io device the ps hosts would
+        # write (and read) the files there, where this task's directory does not exist (no shared disk).
+        self.options = tf.train.CheckpointOptions(experimental_io_device=io_device)
         self.completed_epochs = tf.Variable(0, dtype=tf.int64, trainable=False, name="completed_epochs")
         self.resumes = tf.Variable(0, dtype=tf.int64, trainable=False, name="resumes")
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer,
@@ -63,11 +66,11 @@ class TaskBackup:
         if not paths:
             raise RuntimeError(f"backup {number} is missing in {self.manager.directory}; this task holds "
                                f"{self.numbers()}. Fix: remove every task's backup/ to start over")
-        self.checkpoint.restore(paths[0]).expect_partial()
+        self.checkpoint.restore(paths[0], options=self.options).expect_partial()
 
     def save(self, completed_epochs: int, mid_epoch: bool = False) -> str:
         self.completed_epochs.assign(completed_epochs)
-        return self.manager.save(checkpoint_number=completed_epochs * STRIDE + int(mid_epoch))
+        return self.manager.save(checkpoint_number=completed_epochs * STRIDE + int(mid_epoch), options=self.options)
 
 
 class Agreement:
@@ -291,7 +294,9 @@ def run(inv: Invocation, status: artifacts.StatusWriter) -> int:
         compile_model(model, cfg.learning_rate, spe, _jit(inv))
         model.optimizer.build(model.trainable_variables)
     # Counters outside the scope: plain per-task variables, no cross-worker semantics.
-    backup = TaskBackup(artifacts.backup_dir_for(cfg.model_dir, inv.task), model)
+    # PS: every file is written by the coordinator's own process (the variables live on the ps hosts).
+    io_device = "/job:chief/replica:0/task:0/device:CPU:0" if is_ps else None
+    backup = TaskBackup(artifacts.backup_dir_for(cfg.model_dir, inv.task), model, io_device)
 
     agreement = Agreement(strategy)
     target = restore_newest(backup, agreement, strategy)
@@ -321,7 +326,7 @@ def run(inv: Invocation, status: artifacts.StatusWriter) -> int:
             callbacks.append(spot_stop)
         callbacks += [
             keras.callbacks.ModelCheckpoint(os.path.join(out_dir, artifacts.CHECKPOINTS, "epoch-{epoch:03d}"),
-                                            save_weights_only=True)]
+                                            save_weights_only=True, options=backup.options)]
         if cfg.tensorboard and (inv.is_chief or not is_ps):
             callbacks.append(keras.callbacks.TensorBoard(os.path.join(out_dir, artifacts.LOGS), update_freq="epoch",
                                                          profile_batch=0, write_graph=False))
@@ -352,7 +357,7 @@ def run(inv: Invocation, status: artifacts.StatusWriter) -> int:
 
         status.update(force=True, state="exporting")
         export_dir = os.path.join(out_dir, artifacts.EXPORT)
-        model.save(export_dir)
+        model.save(export_dir, options=tf.saved_model.SaveOptions(experimental_io_device=io_device))
         if not inv.is_chief:
             status.update(force=True, state="done")
             return EXIT_OK

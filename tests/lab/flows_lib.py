@@ -19,8 +19,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 from tools.lab import Lab
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,14 +67,6 @@ def recap(output: str) -> dict[str, dict[str, int]]:
     """PLAY RECAP counters per host (the last recap wins for a host)."""
     return {m["host"]: {k: int(m[k]) for k in ("ok", "changed", "unreachable", "failed")}
             for m in RECAP_RE.finditer(output)}
-
-
-# Trainer finding 6: under ParameterServerStrategy the variables live on the ps hosts and a checkpoint save runs
-# there, into the chief's model dir path on the ps host's disk (no shared filesystem between lab hosts).
-needs_ps_checkpoint_fix = pytest.mark.xfail(
-    run=False, strict=True,
-    reason="trainer finding 6: PS checkpoint/backup saves run on the ps host ('backup-N_temp; No such file or "
-           "directory' there); save with CheckpointOptions(experimental_io_device='/job:chief/...')")
 
 
 @dataclass

@@ -10,13 +10,12 @@ import json
 
 import pytest
 
-from tests.lab.flows_lib import PS_SLOTS, Flows, needs_ps_checkpoint_fix
+from tests.lab.flows_lib import PS_SLOTS, Flows
 from trainer.artifacts import verify_manifest
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 
-@needs_ps_checkpoint_fix
 @pytest.mark.timeout(1800)
 def test_parameter_server_job_completes_and_every_task_exits_cleanly(flow_lab: Flows) -> None:
     job = flow_lab.job("ps-job")
