@@ -13,10 +13,11 @@ from tools.lab import Lab, leftovers
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 
-def test_molecule_lab_scenario_converges_idempotently_and_cleans_up(repo: Path, venv_bin: Path) -> None:
+def test_molecule_lab_scenario_converges_idempotently_and_cleans_up(repo: Path, venv_bin: Path, tmp_path: Path) -> None:
     if not (venv_bin / "molecule").exists():
         pytest.fail(f"molecule is not installed in {venv_bin}; run `make setup`")
-    env = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}", "ANSIBLE_FORCE_COLOR": "0", "NO_COLOR": "1"}
+    env = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}", "ANSIBLE_FORCE_COLOR": "0", "NO_COLOR": "1",
+           "MOLECULE_EPHEMERAL_DIRECTORY": str(tmp_path / "molecule")}  # not the shared ~/.ansible/tmp one
     try:
         proc = subprocess.run([str(venv_bin / "molecule"), "test", "-s", "lab"], cwd=repo, env=env,
                               capture_output=True, text=True, timeout=600, check=False)

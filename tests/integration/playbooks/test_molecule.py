@@ -15,13 +15,16 @@ BIN = Path(sys.executable).parent
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_molecule_default_scenario() -> None:
+def test_molecule_default_scenario(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update({"PATH": f"{BIN}:{env.get('PATH', '')}", "NO_COLOR": "1", "ANSIBLE_FORCE_COLOR": "0"})
+    # a private ephemeral directory: molecule's default one (~/.ansible/tmp/molecule.<hash of the checkout's folder
+    # name>.default) is shared by every checkout named alike, and a stale state file there skips prepare.
+    env.update({"PATH": f"{BIN}:{env.get('PATH', '')}", "NO_COLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+                "MOLECULE_EPHEMERAL_DIRECTORY": str(tmp_path / "molecule")})
     proc = subprocess.run([str(BIN / "molecule"), "test", "-s", "default"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
-    for step in ("syntax", "prepare", "check", "converge", "idempotence", "verify", "cleanup"):
+    for step in ("destroy", "syntax", "prepare", "check", "converge", "idempotence", "verify", "cleanup"):
         assert f"{step}: Executed: Successful" in out, f"{step} did not succeed:\n{out[-4000:]}"
     assert "failed=1" not in out
