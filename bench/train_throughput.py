@@ -6,9 +6,15 @@ iterator per epoch), built and compiled in ``MirroredStrategy.scope()``. Ours: t
 in the pipeline, normalise per batch, infinite stream + ``steps_per_epoch``, prefetch, ``steps_per_execution``, XLA
 on one host). Both use legacy Keras (tf_keras) and the reference CNN at 64 examples per replica on real MNIST.
 
-Prints examples/s of each (steady state: the epochs after the first) and the ratio. One run; not a timed test.
+Also measures the machine's ceiling for this model: the same model and per-replica batch fitted on one constant
+in-memory batch (no input pipeline, no shuffle, no host-to-tensor copies) with the trainer's steps_per_execution
+and precision. No input pipeline can beat it, so ``ceiling / reference`` is the most any trainer can reach here;
+``trainer / ceiling`` says how much of it ours takes.
 
-    .venv/bin/python bench/train_throughput.py [--epochs 4] [--data .cache/datasets/mnist.npz] [--json OUT]
+Prints examples/s of each (steady state: the epochs after the first) and the ratios. One run; not a timed test.
+
+    .venv/bin/python bench/train_throughput.py [--epochs 4] [--repeats 1] [--data .cache/datasets/mnist.npz]
+        [--json OUT]
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,6 +72,41 @@ print(json.dumps({"examples_per_sec": n * len(steady) / sum(steady), "epoch_seco
 """
 
 
+CEILING = r"""
+import json, sys, time
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+per_replica, spe, policy, steps = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+keras.mixed_precision.set_global_policy(policy)
+rng = np.random.default_rng(0)
+x = rng.random((per_replica, 28, 28, 1), dtype=np.float32)
+y = rng.integers(0, 10, per_replica).astype("int64")
+strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+ds = tf.data.Dataset.from_tensors((x, y)).repeat()
+with strategy.scope():
+    model = keras.Sequential([
+        keras.Input(shape=(28, 28, 1)),
+        keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Flatten(),
+        keras.layers.Dense(10),
+        keras.layers.Activation("softmax", dtype="float32"),
+    ])
+    model.compile(optimizer=keras.optimizers.Adam(0.001), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"], steps_per_execution=spe)
+times = []
+class Timer(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.t0 = time.monotonic()
+    def on_epoch_end(self, epoch, logs=None):
+        times.append(time.monotonic() - self.t0)
+model.fit(ds, epochs=3, steps_per_epoch=steps, callbacks=[Timer()], verbose=0)
+print(json.dumps({"examples_per_sec": steps * per_replica * 2 / sum(times[1:])}))
+"""
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.update({"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO),
@@ -76,6 +118,13 @@ def _env() -> dict[str, str]:
 def run_reference(data: Path, epochs: int, per_replica: int) -> dict[str, float]:
     out = subprocess.run([sys.executable, "-c", REFERENCE, str(data), str(epochs), str(per_replica)], env=_env(),
                          capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_ceiling(per_replica: int, steps_per_execution: int, policy: str) -> dict[str, float]:
+    steps = max(steps_per_execution, (60000 // per_replica) // steps_per_execution * steps_per_execution)
+    out = subprocess.run([sys.executable, "-c", CEILING, str(per_replica), str(steps_per_execution), policy,
+                          str(steps)], env=_env(), capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -94,18 +143,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, default=REPO / ".cache" / "datasets" / "mnist.npz")
     p.add_argument("--trainer-args", default="", help="extra trainer flags, e.g. '--jit-compile off'")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="rounds of (reference, trainer, ceiling), interleaved; medians are reported (shared or "
+                        "virtual machines vary by +-25%% from one minute to the next)")
     args = p.parse_args(argv)
-    ref = run_reference(args.data, args.epochs, args.batch_size_per_replica)
-    ours = run_trainer(args.data, args.epochs, args.batch_size_per_replica, args.trainer_args.split())
+    refs, runs, ceilings = [], [], []
+    for _ in range(max(1, args.repeats)):
+        refs.append(run_reference(args.data, args.epochs, args.batch_size_per_replica))
+        runs.append(run_trainer(args.data, args.epochs, args.batch_size_per_replica, args.trainer_args.split()))
+        precision = runs[-1].get("mixed_precision", "off")
+        ceilings.append(run_ceiling(args.batch_size_per_replica, int(runs[-1]["steps_per_execution"]),
+                                    "float32" if precision in ("off", None) else f"mixed_{precision}"))
+    ref = {**refs[-1], "examples_per_sec": statistics.median(r["examples_per_sec"] for r in refs)}
+    ours = {**runs[-1], "examples_per_sec": statistics.median(r["examples_per_sec"] for r in runs)}
+    ceiling = {"examples_per_sec": statistics.median(c["examples_per_sec"] for c in ceilings)}
     ratio = ours["examples_per_sec"] / ref["examples_per_sec"]
+    reachable = ceiling["examples_per_sec"] / ref["examples_per_sec"]
+    share = ours["examples_per_sec"] / ceiling["examples_per_sec"]
     result = {"reference_examples_per_sec": round(ref["examples_per_sec"], 1),
               "trainer_examples_per_sec": ours["examples_per_sec"], "ratio": round(ratio, 2), "goal": 2.5,
+              "ceiling_examples_per_sec": round(ceiling["examples_per_sec"], 1),
+              "ceiling_ratio": round(reachable, 2), "trainer_share_of_ceiling": round(share, 2),
               "reference_epoch_seconds": [round(s, 2) for s in ref["epoch_seconds"]],
               "trainer_epoch_seconds": ours["epoch_seconds"], "trainer_steps_per_execution":
-              ours["steps_per_execution"], "epochs": args.epochs, "cpus": os.cpu_count()}
+              ours["steps_per_execution"], "mixed_precision": precision, "epochs": args.epochs,
+              "cpus": os.cpu_count(), "repeats": len(runs),
+              "all_examples_per_sec": {"reference": [round(r["examples_per_sec"]) for r in refs],
+                                       "trainer": [round(r["examples_per_sec"]) for r in runs],
+                                       "ceiling": [round(c["examples_per_sec"]) for c in ceilings]}}
     print(f"reference pipeline : {ref['examples_per_sec']:10.0f} examples/s")
     print(f"tfcluster trainer  : {ours['examples_per_sec']:10.0f} examples/s")
+    print(f"compute ceiling    : {ceiling['examples_per_sec']:10.0f} examples/s  (one constant batch, no pipeline)")
     print(f"ratio              : {ratio:10.2f}x  (goal >= 2.5x)")
+    print(f"ceiling / reference: {reachable:10.2f}x  (the most any input pipeline can reach on this machine)")
+    print(f"trainer / ceiling  : {share:10.2f}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))

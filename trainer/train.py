@@ -394,6 +394,7 @@ def _metrics(inv: Invocation, hist: dict[str, list[float]], t: Timings, evaluati
     ran = len(t.epoch_times)
     out: dict[str, Any] = {
         "strategy": inv.strategy, "task": inv.task, "model": cfg.model, "dataset": cfg.dataset,
+        "mixed_precision": cfg.mixed_precision,
         "epochs": initial_epoch + ran, "epochs_this_run": ran, "initial_epoch": initial_epoch, "resumes": resumes,
         "replicas": replicas, "workers": inv.tf_config.num_workers if inv.tf_config else 1,
         "global_batch": global_batch, "steps_per_epoch": steps, "steps_per_execution": min(cfg.steps_per_execution,

@@ -103,15 +103,13 @@ def test_cut_worker_fails_fast_naming_it_then_rerun_resumes(flow_lab: Flows) -> 
         flow_lab.stop_everywhere(job)
 
 
-# Known race (seen once in four runs): when the reboot lands after the worker has already finished, its exit record
-# (in /run) is gone with the reboot, the task reads 'inactive' and the wait keeps polling until its own timeout
-# instead of failing at once. Not strict: it passes when the reboot lands mid-training, as intended.
-@pytest.mark.xfail(strict=False, reason="reboot after the worker finished reads 'inactive'; the wait does not "
-                                        "treat a seen-then-inactive task as lost yet")
 @pytest.mark.timeout(1800)
 def test_rebooted_worker_fails_the_job_cleanly(flow_lab: Flows) -> None:
     """A reboot kills the trainer and the unit is not enabled (a job starts only by a gang start), so the job
-    cannot recover by itself: it must fail naming the host, with every unit stopped and nothing collected."""
+    cannot recover by itself: it must fail naming the host, with every unit stopped and nothing collected.
+
+    The exit record lives in /run and goes with the reboot; the wait remembers that f-w0 was running at the
+    previous poll and reads its vanished unit as lost, whatever the others are doing by then."""
     job = flow_lab.job("fault-reboot")
     try:
         started = flow_lab.start("train.yml", flow_lab.hosts_file(job, MWMS_SLOTS), job, LONGER)

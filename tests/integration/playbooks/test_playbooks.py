@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -167,7 +168,7 @@ def test_byo_job_trains_collects_and_reruns_idempotently(cluster: Cluster) -> No
     artifacts = cluster.artifacts / "byo"
     assert (artifacts / "export/model.txt").read_text() == "weights\n"
     assert (artifacts / "MANIFEST.sha256").is_file() and (artifacts / "DONE").is_file()
-    assert "files verified into" in proc.stdout
+    assert re.search(r"Collected job byo from worker-0: \d+ files, every sha256 verified, in ", proc.stdout)
 
     # A second run of the finished job: not retrained, nothing changed anywhere.
     again = cluster.playbook("train.yml", "byo", extra_vars=extra)
@@ -198,10 +199,24 @@ def test_collect_verifies_every_sha256_and_refuses_without_done(cluster: Cluster
     extra = byo_vars("--steps 2")
     assert_ok(cluster.playbook("train.yml", "tamper", extra_vars=extra))
     model_dir = cluster.host_dir("worker-0") / "var/lib/tfcluster/tamper"
+    home = cluster.artifacts / "tamper"
+    before = {p.relative_to(home): p.read_bytes() for p in home.rglob("*") if p.is_file()}
+    assert Path("export/model.txt") in before
     (model_dir / "export/model.txt").write_text("evil\n")
+    # The copy at home already holds this manifest, verified: it is kept, not fetched again.
     proc = cluster.playbook("collect.yml", "tamper", extra_vars=extra)
-    assert proc.returncode != 0
-    assert "sha256 mismatch: export/model.txt" in proc.stdout
+    assert_ok(proc)
+    assert {p.relative_to(home): p.read_bytes() for p in home.rglob("*") if p.is_file()} == before
+    # A fresh destination gets the tampered file: refused by name, and nothing is left there half-collected.
+    for transport in ("stream", "fetch"):
+        fresh = cluster.tmp / f"fresh-{transport}"
+        proc = cluster.playbook("collect.yml", "tamper", extra_vars={
+            **extra, "tfcluster_artifacts": str(fresh), "collector_transport": transport})
+        assert proc.returncode != 0
+        assert "sha256 mismatch: export/model.txt" in proc.stdout
+        if transport == "stream":
+            assert "from worker-0 failed" in proc.stdout and "Nothing was written to" in proc.stdout
+            assert not fresh.exists() and not list(cluster.tmp.glob(".fresh-stream.partial-*"))
     (model_dir / "DONE").unlink()
     elsewhere = {**extra, "tfcluster_artifacts": str(cluster.tmp / "x")}
     proc = cluster.playbook("collect.yml", "tamper", extra_vars=elsewhere)

@@ -23,7 +23,8 @@ Control side
 States (the same names for systemd units and supervised processes):
   inactive (never started), running, restarting, succeeded (exit 0), preempted (exit 3: spot preemption, saved a
   backup, not a failure and not restarted), failed (non-success exit beyond the restart budget), stopped (by
-  ``stop``), lost (the supervisor died while the job was running).
+  ``stop``), lost (the supervisor died while the job was running; or, seen by ``evaluate``, a task that was running
+  at the previous poll and now has neither a unit nor an exit record: its host rebooted and /run went with it).
 """
 
 from __future__ import annotations
@@ -615,6 +616,21 @@ def progress_line(name: str, slot: str, status: Mapping[str, Any]) -> str:
     return "  ".join(parts)
 
 
+def remembered_state(state: str | None, before: str | None) -> str | None:
+    """A task's state given what the previous poll saw: the exit record lives in /run, so a reboot erases it.
+
+    Seen running (or restarting) and now ``inactive`` (no unit, no record): the task was lost with its host. Seen
+    finished and now ``inactive``: it did finish, the record is just gone. Anything else reads as it is.
+    """
+    if state != "inactive" or before is None:
+        return state
+    if before in ("running", "restarting", "lost"):
+        return "lost"
+    if before in ("succeeded", "preempted", "stopped", "failed"):
+        return before
+    return state
+
+
 def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
     """Decide the job's fate from every host's status; pure function of its input (now comes in the payload)."""
     now = float(payload.get("now") or time.time())
@@ -648,18 +664,23 @@ def evaluate(payload: Mapping[str, Any]) -> dict[str, Any]:
                                                                              (result.get("stderr") or "")[-400:])))
             lines.append(f"{name:<10} {slot:<10} status unreadable")
             continue
+        previous = seen_in.get(name) or {}
+        state = remembered_state(status.get("state"), previous.get("state"))
+        if state == "lost" and status.get("state") == "inactive":
+            status["lost_after"] = previous.get("state")
+        status["state"] = state
         statuses[name] = status
         lines.append(progress_line(name, slot, status))
         marks = [status.get("progress_mtime") or 0, status.get("log_mtime") or 0,
                  json.dumps(status.get("progress"), sort_keys=True)]
-        previous = seen_in.get(name)
-        if previous and previous.get("marks") == marks:
-            seen[name] = previous
-        else:
-            seen[name] = {"marks": marks, "since": now}
+        since = previous.get("since", now) if previous.get("marks") == marks else now
+        seen[name] = {"marks": marks, "since": since, "state": status["state"]}
     for name, status in sorted(statuses.items()):
         state = status.get("state")
-        if state in ("failed", "lost"):
+        if state == "lost" and status.get("lost_after"):
+            failures.append((name, "job lost on {}: it was {} at the last poll and now has no unit and no exit record "
+                                   "(the host rebooted, or its unit was removed)".format(name, status["lost_after"])))
+        elif state in ("failed", "lost"):
             code = status.get("exit_code")
             failures.append((name, "job {} on {} (exit code {}, restarts {})".format(state, name, code,
                                                                                  status.get("restarts"))))
