@@ -116,8 +116,13 @@ def test_rebooted_worker_fails_the_job_cleanly(flow_lab: Flows) -> None:
         wait_for_epoch(flow_lab, "f-w0", job, started)
         boots = flow_lab.lab.boots("f-w0")
         flow_lab.lab.reboot("f-w0", wait=False)
+        rebooted_at = time.monotonic()
         run = flow_lab.wait(started, timeout=600)
+        failed_after = time.monotonic() - rebooted_at
+        print(f"[flows] reboot f-w0 -> train.yml failed after {failed_after:.1f} s")
         assert run.returncode != 0, run.describe()
+        # At once, not at a timeout: the wait sees f-w0 unreachable, or its unit gone after it was seen running.
+        assert failed_after <= 120, run.describe(120)
         assert "f-w0" in run.output and "Every task of the job was stopped" in run.output, run.describe(120)
         assert not (flow_lab.artifacts(job) / "DONE").exists()
         wait_until(lambda: flow_lab.lab.boots("f-w0") > boots, 60, "f-w0 did not reboot")
