@@ -1,0 +1,1 @@
+../../python_runtime/files/state_probe.py
