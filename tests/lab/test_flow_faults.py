@@ -112,7 +112,10 @@ def test_rebooted_worker_fails_the_job_cleanly(flow_lab: Flows) -> None:
     previous poll and reads its vanished unit as lost, whatever the others are doing by then."""
     job = flow_lab.job("fault-reboot")
     try:
-        started = flow_lab.start("train.yml", flow_lab.hosts_file(job, MWMS_SLOTS), job, LONGER)
+        # More epochs than the other faults: the in-guest reboot took 25-30 s to take the trainer down (measured on
+        # the lab; the trainer itself exits at once on SIGTERM), and the job must still be training when it does.
+        started = flow_lab.start("train.yml", flow_lab.hosts_file(job, MWMS_SLOTS), job,
+                                 {**LONGER, "tfcluster_epochs": 12})
         wait_for_epoch(flow_lab, "f-w0", job, started)
         boots = flow_lab.lab.boots("f-w0")
         flow_lab.lab.reboot("f-w0", wait=False)
@@ -121,8 +124,9 @@ def test_rebooted_worker_fails_the_job_cleanly(flow_lab: Flows) -> None:
         failed_after = time.monotonic() - rebooted_at
         print(f"[flows] reboot f-w0 -> train.yml failed after {failed_after:.1f} s")
         assert run.returncode != 0, run.describe()
-        # At once, not at a timeout: the wait sees f-w0 unreachable, or its unit gone after it was seen running.
-        assert failed_after <= 120, run.describe(120)
+        # Soon after the host goes down (measured 63 s from the reboot command, of which 25-30 s until the host was
+        # down), not at a timeout: the wait sees f-w0 unreachable, or its unit gone after it was seen running.
+        assert failed_after <= 180, run.describe(120)
         assert "f-w0" in run.output and "Every task of the job was stopped" in run.output, run.describe(120)
         assert not (flow_lab.artifacts(job) / "DONE").exists()
         wait_until(lambda: flow_lab.lab.boots("f-w0") > boots, 60, "f-w0 did not reboot")
