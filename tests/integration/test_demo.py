@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -18,32 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port_block
 from trainer.artifacts import verify_manifest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _free_port_block(count: int) -> int:
-    """First of `count` consecutive ports free on 127.0.0.1 (checked now; the tests run one at a time)."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + count > 65535:
-            continue
-        try:
-            socks = []
-            for port in range(base, base + count):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError("no block of free ports on 127.0.0.1")
 
 
 @pytest.fixture
@@ -52,7 +29,7 @@ def demo_env(repo: Path, tmp_path: Path) -> Iterator[tuple[list[str], dict[str, 
     name = f"demo-test-{uuid.uuid4().hex[:8]}"
     make_vars = [f"JOB={name}", f"TFCLUSTER_TF_DIR={tmp_path / 'infra' / 'local'}", f"TFCLUSTER_CLUSTER={name}"]
     env = {**os.environ, "TFCLUSTER_LOCALAWS_DIR": str(tmp_path / "localaws"),
-           "TFCLUSTER_LOCALAWS_PORT": str(_free_port_block(1)), "TFCLUSTER_BASE_PORT": str(_free_port_block(4))}
+           "TFCLUSTER_LOCALAWS_PORT": str(free_port_block(1)), "TFCLUSTER_BASE_PORT": str(free_port_block(4))}
     yield make_vars, env, name
     # Always tear down: destroy also stops the endpoint and checks that no instance of the cluster is left.
     subprocess.run(["make", "destroy", "CLUSTER=local", *make_vars], cwd=repo, env=env, capture_output=True,

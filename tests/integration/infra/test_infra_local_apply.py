@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -18,15 +17,10 @@ from typing import Any
 
 import pytest
 
+from tests.ports import free_port
 from tools import localaws
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -34,7 +28,7 @@ def local_env(tmp_path: Path, tf_env: dict[str, str]) -> Iterator[dict[str, str]
     """A private endpoint (own state dir and port) and a unique cluster name; the endpoint is stopped afterwards."""
     env = dict(tf_env) | {
         "TFCLUSTER_LOCALAWS_DIR": str(tmp_path / "localaws"),
-        "TFCLUSTER_LOCALAWS_PORT": str(_free_port()),
+        "TFCLUSTER_LOCALAWS_PORT": str(free_port()),
         "TFCLUSTER_CLUSTER": f"tfc-it-{uuid.uuid4().hex[:8]}",
         "TFCLUSTER_BASE_PORT": "23100",
         "TFCLUSTER_STRATEGY": "auto",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import random
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 
 from inventory.cli import Injected, main
 from inventory.sources.aws import fetch_aws
+from tests.ports import free_port
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")
@@ -22,15 +22,9 @@ pytestmark = pytest.mark.integration
 REGION = "us-east-1"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
@@ -138,7 +132,7 @@ def test_aws_cli_errors(endpoint: str, aws_env: dict[str, str], caplog: pytest.L
 
 def test_aws_unreachable_endpoint_is_one_problem(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     env = {"TFCLUSTER_SOURCE": "aws", "TFCLUSTER_CLUSTER": "x"}
     assert main(["--list"], env, io.StringIO()) == 1
@@ -161,6 +155,6 @@ def test_aws_no_credentials(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogC
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     assert main(["--list"], {"TFCLUSTER_SOURCE": "aws", "TFCLUSTER_CLUSTER": "x"}, io.StringIO()) == 1
     assert "AWS credentials: no AWS credentials found." in caplog.text

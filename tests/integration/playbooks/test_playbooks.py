@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port_block
+
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -36,25 +38,6 @@ NO_TF = {"tf_job_preflight_imports": [], "python_runtime_verify_imports": [], "t
 pytestmark = pytest.mark.integration
 
 
-def free_base_port(count: int) -> int:
-    """A base port with `count` consecutive free loopback ports."""
-    for _ in range(200):
-        base = random.randint(20000, 40000)
-        socks = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket()
-                sock.bind(("127.0.0.1", port))
-                socks.append(sock)
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError("no free port range")
-
-
 @dataclass
 class Cluster:
     tmp: Path
@@ -62,7 +45,7 @@ class Cluster:
     name: str = field(default_factory=lambda: f"pbtest-{os.getpid()}-{random.randint(0, 99999)}")
 
     def __post_init__(self) -> None:
-        self.base_port = free_base_port(self.workers)
+        self.base_port = free_port_block(self.workers)
         self.local_root = self.tmp / "local"
         self.artifacts = self.tmp / "artifacts"
 
