@@ -2,14 +2,15 @@
 
 Reference (the keras.io multi-worker MNIST example's input + fit): float32 arrays scaled in NumPy,
 ``from_tensor_slices(...).shuffle(10000).batch(global_batch)``, a plain ``model.fit`` (one step per call, a new
-iterator per epoch), built and compiled in ``MirroredStrategy.scope()``. Ours: the trainer with its defaults (uint8
-in the pipeline, normalise per batch, infinite stream + ``steps_per_epoch``, prefetch, ``steps_per_execution``, XLA
-on one host). Both use legacy Keras (tf_keras) and the reference CNN at 64 examples per replica on real MNIST.
+iterator per epoch), built and compiled in ``MirroredStrategy.scope()``. Ours: the trainer with its defaults (an
+index shuffle and one gather + normalise per batch, infinite stream + ``steps_per_epoch``, prefetch,
+``steps_per_execution``; XLA only on GPUs and TPUs). Both use legacy Keras (tf_keras) and the reference CNN at 64
+examples per replica on real MNIST.
 
-Also measures the machine's ceiling for this model: the same model and per-replica batch fitted on one constant
-in-memory batch (no input pipeline, no shuffle, no host-to-tensor copies) with the trainer's steps_per_execution
-and precision. No input pipeline can beat it, so ``ceiling / reference`` is the most any trainer can reach here;
-``trainer / ceiling`` says how much of it ours takes.
+Also measures the machine's ceiling for this model: the trainer's own model (``trainer/model.py``) and per-replica
+batch fitted on one constant in-memory batch (no input pipeline, no shuffle, no host-to-tensor copies) with the
+trainer's steps_per_execution and precision. No input pipeline can beat it, so ``ceiling / reference`` is the most
+any trainer can reach here; ``trainer / ceiling`` says how much of it ours takes.
 
 Prints examples/s of each (steady state: the epochs after the first) and the ratios. One run; not a timed test.
 
@@ -29,6 +30,18 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Per-epoch wall times, shared by the two measurement scripts below.
+TIMER = r"""
+class Timer(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.times = []
+    def on_epoch_begin(self, epoch, logs=None):
+        self.t0 = time.monotonic()
+    def on_epoch_end(self, epoch, logs=None):
+        self.times.append(time.monotonic() - self.t0)
+"""
 
 REFERENCE = r"""
 import json, sys, time
@@ -53,16 +66,7 @@ with strategy.scope():
     ])
     model.compile(optimizer=keras.optimizers.Adam(0.001), loss="sparse_categorical_crossentropy",
                   metrics=["accuracy"])
-
-class Timer(keras.callbacks.Callback):
-    def __init__(self):
-        super().__init__()
-        self.times = []
-    def on_epoch_begin(self, epoch, logs=None):
-        self.t0 = time.monotonic()
-    def on_epoch_end(self, epoch, logs=None):
-        self.times.append(time.monotonic() - self.t0)
-
+""" + TIMER + r"""
 timer = Timer()
 hist = model.fit(ds, epochs=epochs, callbacks=[timer], verbose=0)
 n = (len(x) // global_batch) * global_batch + len(x) % global_batch
@@ -71,39 +75,28 @@ print(json.dumps({"examples_per_sec": n * len(steady) / sum(steady), "epoch_seco
                   "accuracy": hist.history["accuracy"][-1]}))
 """
 
-
+# The trainer's own model, precision and compile settings (trainer/model.py), fed one constant batch.
 CEILING = r"""
 import json, sys, time
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
+from trainer.model import build_model, compile_model, set_precision
 
-per_replica, spe, policy, steps = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-keras.mixed_precision.set_global_policy(policy)
+per_replica, spe, precision, steps = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+set_precision(precision)
 rng = np.random.default_rng(0)
 x = rng.random((per_replica, 28, 28, 1), dtype=np.float32)
 y = rng.integers(0, 10, per_replica).astype("int64")
 strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
 ds = tf.data.Dataset.from_tensors((x, y)).repeat()
 with strategy.scope():
-    model = keras.Sequential([
-        keras.Input(shape=(28, 28, 1)),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Flatten(),
-        keras.layers.Dense(10),
-        keras.layers.Activation("softmax", dtype="float32"),
-    ])
-    model.compile(optimizer=keras.optimizers.Adam(0.001), loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"], steps_per_execution=spe)
-times = []
-class Timer(keras.callbacks.Callback):
-    def on_epoch_begin(self, epoch, logs=None):
-        self.t0 = time.monotonic()
-    def on_epoch_end(self, epoch, logs=None):
-        times.append(time.monotonic() - self.t0)
-model.fit(ds, epochs=3, steps_per_epoch=steps, callbacks=[Timer()], verbose=0)
-print(json.dumps({"examples_per_sec": steps * per_replica * 2 / sum(times[1:])}))
+    model = build_model(sys.argv[5], 0)
+    compile_model(model, 0.001, spe, jit_compile=False)
+""" + TIMER + r"""
+timer = Timer()
+model.fit(ds, epochs=3, steps_per_epoch=steps, callbacks=[timer], verbose=0)
+print(json.dumps({"examples_per_sec": steps * per_replica * 2 / sum(timer.times[1:])}))
 """
 
 
@@ -121,10 +114,10 @@ def run_reference(data: Path, epochs: int, per_replica: int) -> dict[str, float]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_ceiling(per_replica: int, steps_per_execution: int, policy: str) -> dict[str, float]:
+def run_ceiling(per_replica: int, steps_per_execution: int, precision: str, model: str) -> dict[str, float]:
     steps = max(steps_per_execution, (60000 // per_replica) // steps_per_execution * steps_per_execution)
-    out = subprocess.run([sys.executable, "-c", CEILING, str(per_replica), str(steps_per_execution), policy,
-                          str(steps)], env=_env(), capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", CEILING, str(per_replica), str(steps_per_execution), precision,
+                          str(steps), model], env=_env(), capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -151,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(max(1, args.repeats)):
         refs.append(run_reference(args.data, args.epochs, args.batch_size_per_replica))
         runs.append(run_trainer(args.data, args.epochs, args.batch_size_per_replica, args.trainer_args.split()))
-        precision = runs[-1].get("mixed_precision", "off")
-        ceilings.append(run_ceiling(args.batch_size_per_replica, int(runs[-1]["steps_per_execution"]),
-                                    "float32" if precision in ("off", None) else f"mixed_{precision}"))
+        precision = runs[-1].get("mixed_precision") or "off"
+        ceilings.append(run_ceiling(args.batch_size_per_replica, int(runs[-1]["steps_per_execution"]), precision,
+                                    runs[-1].get("model") or "cnn"))
     ref = {**refs[-1], "examples_per_sec": statistics.median(r["examples_per_sec"] for r in refs)}
     ours = {**runs[-1], "examples_per_sec": statistics.median(r["examples_per_sec"] for r in runs)}
     ceiling = {"examples_per_sec": statistics.median(c["examples_per_sec"] for c in ceilings)}
