@@ -66,6 +66,19 @@ def parse(text: str) -> list[tuple[str, str]]:
     return entries
 
 
+def check_received(expected: Mapping[str, str | None], digests: Mapping[str, str]) -> None:
+    """Every required file is in ``digests`` (path -> sha256) with its manifest's sha256 (None: any); raises
+    naming each one that is not."""
+    problems = []
+    for name, want in expected.items():  # in the manifest's order
+        if name not in digests:
+            problems.append(f"missing {name}")
+        elif want is not None and digests[name] != want:
+            problems.append(f"sha256 mismatch: {name}")
+    if problems:
+        raise ManifestError("; ".join(problems))
+
+
 def verify(directory: str) -> int:
     if not os.path.isfile(os.path.join(directory, DONE)):
         raise ManifestError(f"{directory} has no {DONE} marker: refusing an unfinished checkpoint")
@@ -74,15 +87,12 @@ def verify(directory: str) -> int:
             entries = parse(handle.read())
     except OSError:
         raise ManifestError(f"{directory} has no {MANIFEST}") from None
-    problems = []
-    for expected, rel in entries:
-        path = os.path.join(directory, rel)
-        if not os.path.isfile(path):
-            problems.append(f"missing {rel}")
-        elif sha256_file(path) != expected:
-            problems.append(f"sha256 mismatch: {rel}")
-    if problems:
-        raise ManifestError("{} failed verification: {}".format(directory, "; ".join(problems)))
+    digests = {rel: sha256_file(os.path.join(directory, rel)) for _, rel in entries
+               if os.path.isfile(os.path.join(directory, rel))}
+    try:
+        check_received({rel: digest for digest, rel in entries}, digests)
+    except ManifestError as error:
+        raise ManifestError(f"{directory} failed verification: {error}") from None
     return len(entries)
 
 
@@ -164,15 +174,6 @@ def write_hashed(source: IO[bytes], path: str, size: int = 0) -> str:
     return digest.hexdigest()
 
 
-def check_received(staging: str, expected: Mapping[str, str | None], digests: Mapping[str, str]) -> None:
-    """Every required file arrived and has its manifest's sha256; raises naming each one that did not."""
-    problems = [f"missing {name}" for name in sorted(expected) if name not in digests]
-    problems += [f"sha256 mismatch: {name}" for name, want in sorted(expected.items())
-                 if want is not None and name in digests and digests[name] != want]
-    if problems:
-        raise ManifestError("; ".join(problems))
-
-
 def receive(stream: IO[bytes], staging: str, expected: Mapping[str, str | None],
             optional: Iterable[str] = ()) -> tuple[int, int]:
     """Unpack a tar stream into ``staging``, hashing as it writes; (files, bytes). Raises on anything unexpected.
@@ -195,7 +196,7 @@ def receive(stream: IO[bytes], staging: str, expected: Mapping[str, str | None],
                                     "regular file): refusing it")
             digests[name] = write_hashed(source, os.path.join(staging, name), member.size)
             size += member.size
-    check_received(staging, expected, digests)
+    check_received(expected, digests)
     return len(digests), size
 
 
@@ -209,9 +210,10 @@ def copy_local(model_dir: str, staging: str, expected: Mapping[str, str | None],
         if not os.path.isfile(path) or os.path.islink(path):
             continue
         with open(path, "rb") as source:
-            digests[name] = write_hashed(source, os.path.join(staging, name), os.path.getsize(path))
-        size += os.path.getsize(path)
-    check_received(staging, expected, digests)
+            length = os.fstat(source.fileno()).st_size
+            digests[name] = write_hashed(source, os.path.join(staging, name), length)
+        size += length
+    check_received(expected, digests)
     return len(digests), size
 
 
