@@ -18,7 +18,7 @@ AUTO_APPROVE ?=## set to 1 to apply/destroy on AWS without the confirmation prom
 EPOCHS   ?=## override the trainer's epoch count
 PYTEST_ARGS ?=## extra pytest arguments, e.g. -k inventory
 ANSIBLE_ARGS ?=## extra ansible-playbook arguments, e.g. -e tf_job_stall_timeout=120
-WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tools.lab.wheelhouse)
+WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tfcluster.wheelhouse)
 
 VENV := .venv
 PY   := $(VENV)/bin/python
@@ -47,7 +47,7 @@ PLAYBOOK_VARS += $(ANSIBLE_ARGS) $(if $(SCRIPT_ARGS),-e "tfcluster_script_args='
 demo: setup ## Whole job end to end on the embedded local cluster (emulated AWS + local workers), then a summary
 	$(MAKE) provision CLUSTER=local
 	$(MAKE) train CLUSTER=local
-	$(PY) -m tools.demo --artifacts artifacts/local/$(JOB)
+	$(PY) -m tfcluster.summary --artifacts artifacts/local/$(JOB)
 
 .PHONY: test
 test: setup setup-lab ## Every test suite (unit, integration, lab); installs what it needs first
@@ -85,46 +85,46 @@ test-molecule: setup ## Molecule scenario default (delegated driver, localhost, 
 lint: setup ## ruff, ansible-lint (production profile), terraform fmt
 	$(PY) -m ruff check .
 	$(VENV)/bin/ansible-lint --offline playbooks/ molecule/default/
-	$(PY) -m tools.terraform_toolchain fmt-check
+	$(PY) -m tfcluster.terraform fmt-check
 
 .PHONY: bench
 bench: setup ## Benchmarks (print ratios measured in one run)
-	$(PY) bench/inventory_build.py
-	$(PY) bench/train_throughput.py
-	$(PY) bench/scaling.py
+	$(PY) -m bench.inventory_build
+	$(PY) -m bench.train_throughput
+	$(PY) -m bench.scaling
 
 ##@ Lab of real hosts (root: systemd-nspawn hosts on a private bridge; docs/lab.md)
 LAB_HOSTS ?= 3## lab-up: number of hosts (a chief and LAB_HOSTS-1 workers)
 
 .PHONY: setup-lab
 setup-lab: setup ## Install debootstrap + systemd-container and build the cached lab rootfs (root only)
-	@if [ "$$(id -u)" = 0 ]; then $(PY) -m tools.lab setup && $(PY) -m tools.lab.wheelhouse; else echo "skipping lab setup (needs root)"; fi
+	@if [ "$$(id -u)" = 0 ]; then $(PY) -m lab setup && $(PY) -m tfcluster.wheelhouse; else echo "skipping lab setup (needs root)"; fi
 
 .PHONY: lab-up
 lab-up: setup-lab ## Boot a lab of real hosts and write its on-prem host file (see docs/lab.md)
-	$(PY) -m tools.lab up --hosts $(LAB_HOSTS)
+	$(PY) -m lab up --hosts $(LAB_HOSTS)
 
 .PHONY: bench-lab
 bench-lab: setup-lab ## Lab benchmarks: runtime install, first step, no-op re-run 4 vs 1 hosts, fail-fast, collector
-	$(PY) bench/lab_runtime_install.py
-	$(PY) bench/lab_flows.py
+	$(PY) -m bench.lab_runtime_install
+	$(PY) -m bench.lab_flows
 
 .PHONY: lab-down
 lab-down: ## Stop every lab; removes bridges, mounts, cgroups (safe to re-run)
-	$(PY) -m tools.lab down --all
+	$(PY) -m lab down --all
 
 .PHONY: lab-status
 lab-status: ## Lab hosts: address, slot, link, SSH, memory
-	$(PY) -m tools.lab status
+	$(PY) -m lab status
 
 ##@ Cluster lifecycle
 .PHONY: provision
 provision: setup ## Create the machines (local: emulated AWS on loopback; aws: infra/aws + terraform.tfvars)
-	$(PY) -m tools.provision apply --cluster $(CLUSTER) $(if $(AUTO_APPROVE),--auto-approve)
+	$(PY) -m tfcluster.provision apply --cluster $(CLUSTER) $(if $(AUTO_APPROVE),--auto-approve)
 
 .PHONY: plan
 plan: setup ## Terraform plan and every planned host's TF_CONFIG; touches no host
-	$(if $(filter onprem,$(CLUSTER)),$(PY) $(INVENTORY) --tf-config all,$(PY) -m tools.provision plan --cluster $(CLUSTER))
+	$(if $(filter onprem,$(CLUSTER)),$(PY) $(INVENTORY) --tf-config all,$(PY) -m tfcluster.provision plan --cluster $(CLUSTER))
 
 .PHONY: train
 train: setup ## Prepare hosts, gang-start the job, wait (fail fast), collect the chief's checkpoint
@@ -148,7 +148,7 @@ stop: ## Stop every unit of the job
 
 .PHONY: destroy
 destroy: setup ## Remove everything provision created (local: checks 0 instances left, stops the endpoint)
-	$(PY) -m tools.provision destroy --cluster $(CLUSTER) $(if $(AUTO_APPROVE),--auto-approve)
+	$(PY) -m tfcluster.provision destroy --cluster $(CLUSTER) $(if $(AUTO_APPROVE),--auto-approve)
 
 .PHONY: clean
 clean: ## Remove artifacts and local job state (keeps .venv and .cache downloads)

@@ -4,7 +4,7 @@
 Prints one row per case: median seconds of REPEAT runs and the ratio to the budget (< 1.0 is inside it).
 
 Cases (10,000 hosts each, 1 chief + 1 ps + workers + 1 evaluator, parameter_server):
-  validate       HostSpecs -> validated Cluster (host checks + trainer.tfconfig cluster/strategy/task checks)
+  validate       HostSpecs -> validated Cluster (host checks + tfcluster.contract cluster/strategy/task checks)
   list-no-tf     validate + build the --list document + JSON, without tfcluster_tf_config
   yaml-parse     PyYAML (libyaml) parsing the 10,000-host file alone — the floor of the static source
   static-file    the same from a YAML host file on disk (parse + validate + build + JSON, no tfcluster_tf_config)
@@ -28,8 +28,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from inventory.build import build_inventory, dumps, validate_cluster
 from inventory.model import HostSpec, SourceResult

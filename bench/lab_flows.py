@@ -28,13 +28,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from tests.lab.conftest import FLOW_VARS  # noqa: E402
-from tests.lab.flows_lib import (  # noqa: E402
+from lab import Lab, LabError
+from lab.flows import (
     FLOW_LAB,
     FLOW_NAMES,
+    FLOW_VARS,
     MWMS_SLOTS,
     PS_SLOTS,
     TINY_TRAINER_ARGS,
@@ -42,8 +40,9 @@ from tests.lab.flows_lib import (  # noqa: E402
     step_of,
     wait_until,
 )
-from tools.lab import Lab, LabError  # noqa: E402
-from tools.lab.wheelhouse import DEFAULT_DEST, build  # noqa: E402
+from tfcluster.wheelhouse import DEFAULT_DEST, build
+
+REPO = Path(__file__).resolve().parents[1]
 
 log = logging.getLogger("bench.lab_flows")
 STALL_TIMEOUT = 30

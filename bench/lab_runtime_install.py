@@ -18,11 +18,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from lab import Lab
+from tfcluster.wheelhouse import DEFAULT_DEST, DEFAULT_REQUIREMENTS, build, size_bytes
 
-from tools.lab import Lab  # noqa: E402
-from tools.lab.wheelhouse import DEFAULT_DEST, DEFAULT_REQUIREMENTS, build, size_bytes  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 log = logging.getLogger("bench.lab_runtime_install")
 NAMES = ("bi-0", "bi-1", "bi-2", "bi-3")

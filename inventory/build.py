@@ -1,6 +1,6 @@
 """Validated hosts -> the Ansible inventory dict (groups, group vars, ``_meta.hostvars``).
 
-Cluster, strategy and task rules, and the TF_CONFIG of every host, come from ``trainer.tfconfig`` — the same
+Cluster, strategy and task rules, and the TF_CONFIG of every host, come from ``tfcluster.contract`` — the same
 module the trainer validates its environment with.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from inventory.model import SLOT_ORDER, Host, HostSpec, InventoryError, SourceResult
 from inventory.validate import validate_hosts
-from trainer.tfconfig import (
+from tfcluster.contract import (
     CLUSTER_TASK_TYPES,
     Problem,
     TFConfig,

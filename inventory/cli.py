@@ -18,7 +18,7 @@ from inventory.sources.aws import fetch_aws
 from inventory.sources.local import local_hosts
 from inventory.sources.static import fetch_static
 from inventory.sources.terraform import TerraformRunner, fetch_terraform
-from trainer.tfconfig import Problem
+from tfcluster.contract import Problem
 
 LOG = logging.getLogger("tfcluster.inventory")
 EXIT_OK = 0

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inventory.model import DEFAULT_BASE_PORT, DEFAULT_TF_DIR, DEFAULT_WORKERS, SOURCES, InventoryError
-from trainer.tfconfig import STRATEGY_CHOICES, Problem
+from tfcluster.contract import STRATEGY_CHOICES, Problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CLUSTER_NAMES = {"local": "local", "static": "onprem", "terraform": "tfcluster"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainer.tfconfig import Problem, TFConfigError
+from tfcluster.contract import Problem, TFConfigError
 
 TAG_CLUSTER = "tfcluster:cluster"
 TAG_TASK_TYPE = "tfcluster:task_type"

@@ -49,20 +49,16 @@ Exit codes: 0 printed; 1 the inventory is invalid — every problem is listed on
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-
-def _repo_root_on_path() -> None:
-    """Let the script run by path (as Ansible does) and import inventory/ and trainer/ from this checkout."""
-    root = str(Path(__file__).resolve().parent.parent)
-    if root not in sys.path:
-        sys.path.insert(0, root)
 
 
 def main() -> int:
-    _repo_root_on_path()
-    from inventory.cli import main as cli_main
-
+    try:
+        from inventory.cli import main as cli_main
+    except ModuleNotFoundError as exc:  # run by a Python that does not have the project installed
+        print(f"tfcluster inventory: cannot import {exc.name!r} with {sys.executable}. Fix: `make setup` (it installs "
+              "the project into .venv), then run with .venv/bin first on PATH\nNo inventory was printed.",
+              file=sys.stderr)
+        return 1
     return cli_main()
 
 

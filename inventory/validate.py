@@ -1,6 +1,6 @@
 """Host-level validation: turns HostSpecs into Hosts or collects every problem with them.
 
-Cluster, strategy and task rules are not repeated here: they come from ``trainer.tfconfig`` (see ``build.py``).
+Cluster, strategy and task rules are not repeated here: they come from ``tfcluster.contract`` (see ``build.py``).
 This layer covers what only the inventory knows: slots, addresses, ports, names, and which host is which.
 """
 
@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from inventory.model import CONNECTIONS, Host, HostSpec, is_int
-from trainer.tfconfig import TASK_TYPES, Problem
+from tfcluster.contract import TASK_TYPES, Problem
 
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?$")
 

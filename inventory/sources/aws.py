@@ -24,7 +24,7 @@ from inventory.model import (
     InventoryError,
     SourceResult,
 )
-from trainer.tfconfig import Problem
+from tfcluster.contract import Problem
 
 
 def make_ec2_client() -> Any:

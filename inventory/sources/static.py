@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from inventory.model import HostSpec, InventoryError, SourceResult, is_int
-from trainer.tfconfig import Problem
+from tfcluster.contract import Problem
 
 HOST_KEYS = frozenset({"name", "address", "tf_address", "task_type", "task_index", "port", "gpus", "ssh_user",
                        "ssh_port"})

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from inventory.model import HostSpec, InventoryError, SourceResult
-from trainer.tfconfig import Problem
+from tfcluster.contract import Problem
 
 # Runs `terraform output -json` in a directory: returns (exit code, stdout, stderr).
 TerraformRunner = Callable[[Path], tuple[int, str, str]]

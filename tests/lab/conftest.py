@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.lab.flows_lib import EPOCHS, FLOW_LAB, FLOW_NAMES, PS_SLOTS, TINY_TRAINER_ARGS, Flows
-from tools.lab import Lab, LabError
-from tools.lab.wheelhouse import DEFAULT_DEST, build
+from lab import Lab, LabError
+from lab.flows import FLOW_LAB, FLOW_NAMES, FLOW_VARS, PS_SLOTS, Flows
+from tfcluster.wheelhouse import DEFAULT_DEST, build
 
 # Test labs use their own host names so they never clash with a lab started by `make lab-up` (chief-0, ...).
 LAB3_NAMES = ("t-chief-0", "t-worker-0", "t-worker-1")
@@ -53,15 +53,6 @@ def lab3(request: pytest.FixtureRequest) -> Iterator[Lab]:
     assert not [h.name for h in lab.hosts if lab.is_cut(h.name)], "a test left a host cut"
 
 
-# Settings every flow's playbook run gets (-e): tiny training, quick polling and restarts.
-FLOW_VARS: dict[str, object] = {
-    "tfcluster_trainer_args": TINY_TRAINER_ARGS,
-    "tfcluster_epochs": EPOCHS,
-    "tf_job_poll_interval": 2,
-    "tf_job_restart_sec": 2,
-    "tf_job_stall_timeout": 180,
-    "tf_job_wait_timeout": 900,
-}
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.lab.flows_lib import (
+from lab.flows import (
     MWMS_SLOTS,
     TINY_TRAINER_ARGS,
     Flows,

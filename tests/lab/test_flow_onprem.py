@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.lab.flows_lib import MWMS_SLOTS, Flows
+from lab.flows import MWMS_SLOTS, Flows
 from trainer.artifacts import verify_manifest
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

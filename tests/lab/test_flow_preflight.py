@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.lab.flows_lib import FLOW_NAMES, MWMS_SLOTS, TRAIN_PORT, Flows
+from lab.flows import FLOW_NAMES, MWMS_SLOTS, TRAIN_PORT, Flows
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

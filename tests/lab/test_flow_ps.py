@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.lab.flows_lib import PS_SLOTS, Flows
+from lab.flows import PS_SLOTS, Flows
 from trainer.artifacts import verify_manifest
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

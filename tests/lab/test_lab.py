@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools.lab import Lab, LabError
+from lab import Lab, LabError
 
 pytestmark = pytest.mark.lab
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.lab import Lab, leftovers
+from lab import Lab, leftovers
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

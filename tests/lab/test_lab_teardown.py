@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.lab import Lab, LabError, leftovers
-from tools.lab import system as labsys
+from lab import Lab, LabError, leftovers
+from lab import system as labsys
 
 pytestmark = pytest.mark.lab
 
@@ -81,7 +81,7 @@ def test_host_name_in_use_by_another_lab_is_refused(start_lab: Callable[..., Lab
 
 def test_cli_up_status_ssh_cut_restore_down() -> None:
     def lab(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([sys.executable, "-m", "tools.lab", *args], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "lab", *args], capture_output=True, text=True,
                               timeout=300, check=False)
         if check:
             assert proc.returncode == 0, proc.stderr
@@ -111,7 +111,7 @@ def test_cli_up_status_ssh_cut_restore_down() -> None:
 
 
 def test_cli_rejects_bad_arguments() -> None:
-    proc = subprocess.run([sys.executable, "-m", "tools.lab", "up", "--name", "ptbad", "--slots", "chief,boss"],
+    proc = subprocess.run([sys.executable, "-m", "lab", "up", "--name", "ptbad", "--slots", "chief,boss"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2
     assert "unknown task type(s) boss" in proc.stderr

@@ -1,7 +1,7 @@
 """Real `terraform apply` of infra/local against the emulated AWS endpoint (moto on loopback), read back through
 boto3, fed to the inventory script, destroyed; and bad input that fails at plan and creates nothing.
 
-Runs the project's real entry points (`python -m tools.provision`, `inventory/tfcluster.py`) as subprocesses."""
+Runs the project's real entry points (`python -m tfcluster.provision`, `inventory/tfcluster.py`) as subprocesses."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.ports import free_port
-from tools import localaws
+from tfcluster import localaws
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,7 +39,7 @@ def local_env(tmp_path: Path, tf_env: dict[str, str]) -> Iterator[dict[str, str]
 
 
 def provision(repo: Path, env: dict[str, str], *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tools.provision", *args], cwd=repo, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tfcluster.provision", *args], cwd=repo, env=env, capture_output=True,
                           text=True, timeout=timeout, check=False)
 
 

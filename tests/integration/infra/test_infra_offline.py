@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import terraform_toolchain
+from tfcluster import terraform as terraform_toolchain
 
 pytestmark = pytest.mark.integration
 

@@ -290,7 +290,7 @@ def test_builtin_trainer_real_multiworker_mirrored(cluster: Cluster) -> None:
     assert metrics["strategy"] == "multi_worker_mirrored" and metrics["workers"] == 2
     assert metrics["epochs"] == 2 and 0.0 < metrics["accuracy"] <= 1.0
     assert (artifacts / "export/saved_model.pb").is_file()
-    demo = subprocess.run([sys.executable, "-m", "tools.demo", "--artifacts", str(artifacts)], cwd=REPO,
+    demo = subprocess.run([sys.executable, "-m", "tfcluster.summary", "--artifacts", str(artifacts)], cwd=REPO,
                           capture_output=True, text=True, timeout=120, check=False)
     assert demo.returncode == 0, demo.stderr
     assert "accuracy" in demo.stdout and str(artifacts) in demo.stdout

@@ -1,4 +1,4 @@
-"""tools/provision.py and tools/localaws.py: the pure parts (slots, -var arguments, plan view, endpoint records)."""
+"""tfcluster.provision and tfcluster.localaws: the pure parts (slots, -var arguments, plan view, endpoint records)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import localaws, provision
+from tfcluster import localaws, provision
 
 
 @pytest.mark.parametrize(("workers", "strategy", "expected"), [

@@ -1,4 +1,4 @@
-"""tools/terraform_toolchain.py: CLI config, shim, PATH lookup, provider extraction (no network, no terraform)."""
+"""tfcluster/terraform.py: CLI config, shim, PATH lookup, provider extraction (no network, no terraform)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import terraform_toolchain as tc
+from tfcluster import terraform as tc
 
 
 def test_cli_config_takes_aws_only_from_the_mirror(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from inventory.build import build_inventory, tf_config_strings, validate_cluster
 from inventory.cli import Injected
 from inventory.config import load_settings
 from inventory.model import HostSpec, InventoryError, SourceResult
-from trainer.tfconfig import TFConfig, build_tf_config, parse_tf_config
+from tfcluster.contract import TFConfig, build_tf_config, parse_tf_config
 
 
 def _specs(*slots: tuple[str, int]) -> SourceResult:
@@ -53,7 +53,7 @@ def test_strategy_rules(slots: tuple[tuple[str, int], ...], strategy: str, resol
         parsed = parse_tf_config(raw, strategy=resolved)
         assert parsed is not None
         assert (parsed.task_type, parsed.task_index) == (host.task_type, host.task_index)
-        # Byte-identical to what trainer.tfconfig builds.
+        # Byte-identical to what tfcluster.contract builds.
         assert raw == build_tf_config(cluster.spec, host.task_type, host.task_index, resolved).to_json()
 
 

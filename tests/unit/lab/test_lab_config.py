@@ -7,8 +7,8 @@ import json
 import pytest
 import yaml
 
-from tools.lab.cli import build_parser
-from tools.lab.config import (
+from lab.cli import build_parser
+from lab.config import (
     LabError,
     LabSpec,
     check_name,
@@ -24,7 +24,7 @@ from tools.lab.config import (
     render_ssh_config,
     slot_names,
 )
-from tools.lab.rootfs import PACKAGES
+from lab.rootfs import PACKAGES
 
 
 @pytest.mark.parametrize("name", ["a", "chief-0", "worker-10", "abcdefghijkl"])

@@ -1,6 +1,6 @@
 """Ansible callback for the lab flows: one line per task with its wall time (``TIMING <seconds> <task>``).
 
-Enabled by tests/lab/flows_lib.py (ANSIBLE_CALLBACK_PLUGINS + ANSIBLE_CALLBACKS_ENABLED=flow_timing) so a slow
+Enabled by lab/flows.py (ANSIBLE_CALLBACK_PLUGINS + ANSIBLE_CALLBACKS_ENABLED=flow_timing) so a slow
 flow shows which task took the time; the bench scripts use it to split a run into phases.
 """
 

@@ -1,13 +1,13 @@
 """Command line of the lab tool.
 
-    python -m tools.lab setup                      install debootstrap/systemd-container, build + cache the rootfs
-    python -m tools.lab up [--hosts 3 | --slots chief,ps,worker,worker] [--name tfclab] [--bind-ro PATH]
-    python -m tools.lab status [--json]            hosts, addresses, link, SSH, memory
-    python -m tools.lab ssh HOST [COMMAND...]       root shell / command on a host
-    python -m tools.lab cut HOST | restore HOST    take a host's link down / up
-    python -m tools.lab reboot HOST                reboot a host and wait until it is back
-    python -m tools.lab env                        TFCLUSTER_SOURCE/TFCLUSTER_HOSTS_FILE for the inventory
-    python -m tools.lab down [--all]               stop everything; safe to re-run
+    python -m lab setup                      install debootstrap/systemd-container, build + cache the rootfs
+    python -m lab up [--hosts 3 | --slots chief,ps,worker,worker] [--name tfclab] [--bind-ro PATH]
+    python -m lab status [--json]            hosts, addresses, link, SSH, memory
+    python -m lab ssh HOST [COMMAND...]       root shell / command on a host
+    python -m lab cut HOST | restore HOST    take a host's link down / up
+    python -m lab reboot HOST                reboot a host and wait until it is back
+    python -m lab env                        TFCLUSTER_SOURCE/TFCLUSTER_HOSTS_FILE for the inventory
+    python -m lab down [--all]               stop everything; safe to re-run
 
 Environment: TFCLUSTER_LAB_DIR (default .cache/lab in the repo), TFCLUSTER_LAB_MIRROR (Debian mirror for the
 rootfs build, default http://deb.debian.org/debian). Exit codes: 0 ok, 1 the lab failed, 2 bad arguments.
@@ -23,14 +23,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tools.lab.config import DEFAULT_LAB, DEFAULT_PORT, LabError, default_slots, parse_slots
-from tools.lab.lab import Lab, default_lab_dir, leftovers, running_labs, setup
+from lab.config import DEFAULT_LAB, DEFAULT_PORT, LabError, default_slots, parse_slots
+from lab.lab import Lab, default_lab_dir, leftovers, running_labs, setup
 
-log = logging.getLogger("tools.lab")
+log = logging.getLogger("lab")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tools.lab", description="A lab of real hosts "
+    parser = argparse.ArgumentParser(prog="python -m lab", description="A lab of real hosts "
                                      "(systemd-nspawn on a private bridge) for tfcluster's multi-host tests.")
     parser.add_argument("--lab-dir", type=Path, default=None, help="cache + state directory (default: "
                         "$TFCLUSTER_LAB_DIR or .cache/lab in the repo)")

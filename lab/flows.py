@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.lab import Lab
+from lab import Lab
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.prefix) / "bin"
@@ -40,6 +40,16 @@ TINY_TRAINER_ARGS = ("--dataset synthetic --synthetic-examples 2048 --batch-size
                      "--steps-per-execution 1 --no-evaluate --no-tensorboard --status-interval 1 --log-level INFO")
 EPOCHS = 3
 
+# Settings every flow's playbook run gets (-e): tiny training, quick polling and restarts.
+FLOW_VARS: dict[str, object] = {
+    "tfcluster_trainer_args": TINY_TRAINER_ARGS,
+    "tfcluster_epochs": EPOCHS,
+    "tf_job_poll_interval": 2,
+    "tf_job_restart_sec": 2,
+    "tf_job_stall_timeout": 180,
+    "tf_job_wait_timeout": 900,
+}
+
 RECAP_RE = re.compile(r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
                       r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)", re.MULTILINE)
 
@@ -51,7 +61,7 @@ Started = tuple[subprocess.Popen[str], Path, list[str], float]
 def render_hosts_file(lab: Lab, slots: Sequence[tuple[str, str, int]], cluster_name: str,
                       extra: Sequence[Mapping[str, object]] = (), port: int = TRAIN_PORT) -> str:
     """An on-prem host file (inventory static source) that gives lab hosts the slots a flow needs."""
-    lines = [f"# Flow host file for lab {lab.paths.lab!r} (tests/lab/flows_lib.py)", f"cluster_name: {cluster_name}",
+    lines = [f"# Flow host file for lab {lab.paths.lab!r} (lab/flows.py)", f"cluster_name: {cluster_name}",
              "hosts:"]
     entries: list[Mapping[str, object]] = [
         {"name": name, "address": lab.host(name).address, "task_type": task_type, "task_index": index}

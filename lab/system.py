@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from tools.lab.config import LabError
+from lab.config import LabError
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def run(argv: Sequence[str], check: bool = True, timeout: float | None = None,
         proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, input=input,
                               stdin=None if input is not None else subprocess.DEVNULL, check=False)
     except FileNotFoundError:
-        raise LabError(f"{argv[0]} is not installed; run `python -m tools.lab setup`") from None
+        raise LabError(f"{argv[0]} is not installed; run `python -m lab setup`") from None
     except subprocess.TimeoutExpired as exc:
         raise LabError(f"`{' '.join(argv)}` did not finish within {timeout} s") from exc
     if check and proc.returncode != 0:

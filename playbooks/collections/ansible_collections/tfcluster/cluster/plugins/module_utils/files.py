@@ -1,0 +1,1 @@
+../../../../../../../tfcluster/files.py

@@ -1,0 +1,32 @@
+"""tfcluster.summary: the demo summary and plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+def test_demo_summary_and_plot(tmp_path: Path) -> None:
+    from tfcluster import summary as demo
+
+    (tmp_path / "DONE").write_text("{}")
+    (tmp_path / "metrics.json").write_text(json.dumps({
+        "strategy": "multi_worker_mirrored", "workers": 2, "epochs": 2, "global_batch": 128, "accuracy": 0.91,
+        "test_accuracy": 0.92, "loss": 0.3, "examples_per_sec": 9876.5, "history": {"loss": [1.0, 0.3],
+                                                                                      "accuracy": [0.7, 0.91]}}))
+    lines = demo.run(tmp_path)
+    text = "\n".join(lines)
+    assert "train 0.9100   test 0.9200" in text and "9,876 examples/s" in text and str(tmp_path) in text
+    assert (tmp_path / "training.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_demo_refuses_an_unfinished_job(tmp_path: Path) -> None:
+    from tfcluster import summary as demo
+
+    with pytest.raises(demo.DemoError, match="holds no finished job"):
+        demo.run(tmp_path)
+    (tmp_path / "DONE").write_text("{}")
+    with pytest.raises(demo.DemoError, match=r"metrics\.json is missing or not JSON"):
+        demo.run(tmp_path)

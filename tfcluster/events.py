@@ -1,0 +1,58 @@
+"""Events from a running playbook to the `tfcluster` command's terminal view: one JSON object per line.
+
+The `tfcluster` command sets ``TFCLUSTER_EVENTS`` to a file before it runs ansible-playbook; the events callback
+plugin (stages, failures) and the wait loop (progress) append to it, and the command renders them (one line per
+stage, one refreshed line per task). Without the variable nothing is written: a plain ``ansible-playbook`` run is
+unaffected.
+
+Kinds and their fields (every event also has ``event`` and ``t``, the Unix time):
+  stage_start   name                                a play started
+  stage_end     name, seconds, ok (bool)            a play ended
+  task_failed   host, task, msg                     a task failed or a host was unreachable
+  progress      elapsed, decision, tasks: [{host, slot, state, epoch, epochs, step, steps_per_epoch,
+                examples_per_sec, loss, accuracy, eta_seconds, age_seconds, restarts}]
+  decision      decision, culprit, message, log_tail: [str], error: {type, message, frame} | null
+  collected     dest, files, bytes, changed (bool)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+ENV = "TFCLUSTER_EVENTS"
+KINDS = ("stage_start", "stage_end", "task_failed", "progress", "decision", "collected")
+
+
+def emit(kind: str, path: str | None = None, **fields: Any) -> bool:
+    """Append one event to ``path`` (default: $TFCLUSTER_EVENTS); returns whether it wrote one."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown event kind {kind!r}: one of {', '.join(KINDS)}")
+    target = path or os.environ.get(ENV)
+    if not target:
+        return False
+    line = json.dumps({"event": kind, "t": round(time.time(), 3), **fields}, sort_keys=True, default=str)
+    with open(target, "a", encoding="utf-8") as handle:  # one write() per line: appends stay whole lines
+        handle.write(line + "\n")
+    return True
+
+
+def read_new(path: str, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """Events written since ``offset`` (bytes) and the new offset; a partly written last line waits."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except OSError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    events = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+    return events, offset + end
+
+
+def iter_file(path: str) -> Iterator[dict[str, Any]]:
+    events, _ = read_new(path, 0)
+    yield from events
