@@ -1,4 +1,6 @@
 # tfcluster — `make help` lists every target. Logic lives in Python and Ansible; recipes are one-line calls.
+# The variables below reach the `tfcluster` command as environment variables (never through a shell or Jinja);
+# it checks every one before anything runs.
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -11,47 +13,73 @@ JOB      ?= mnist## job id: a finished job is not retrained; a new id is a new j
 STRATEGY ?= auto## auto | multi_worker_mirrored | parameter_server | mirrored | tpu
 HOSTS    ?= inventory/onprem.yml## on-prem host file (CLUSTER=onprem)
 SCRIPT   ?=## bring your own training script instead of the built-in trainer
-SCRIPT_ARGS ?=## arguments of SCRIPT
+SCRIPT_ARGS ?=## arguments of SCRIPT (split like a shell would, passed as literal arguments)
 SCRIPT_REQUIREMENTS ?=## requirements file of SCRIPT (installed into the runtime venv)
+KERAS    ?= legacy## SCRIPT jobs: legacy (tf-keras, works under every strategy) | 3 (a script written for Keras 3)
 TRAINER_ARGS ?=## extra arguments of the built-in trainer
-AUTO_APPROVE ?=## set to 1 to apply/destroy on AWS without the confirmation prompt
 EPOCHS   ?=## override the trainer's epoch count
+MAX_DURATION ?=## job deadline, e.g. 4h: every task saves a backup and stops; a re-run resumes
+VERBOSE  ?=## 1: show Terraform's and Ansible's whole output (always in artifacts/<cluster>/<job>/logs/)
+AUTO_APPROVE ?=## set to 1 to apply/destroy on AWS without the confirmation prompt
+FORCE    ?=## destroy: 1 destroys even when a finished job was never collected
+HOST     ?=## logs: the host whose job log to follow (default the chief)
 PYTEST_ARGS ?=## extra pytest arguments, e.g. -k inventory
-ANSIBLE_ARGS ?=## extra ansible-playbook arguments, e.g. -e tf_job_stall_timeout=120
+ANSIBLE_ARGS ?=## extra ansible-playbook arguments (trusted), e.g. -e tf_job_stall_timeout=120
 WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tfcluster.wheelhouse)
+export CLUSTER WORKERS JOB STRATEGY HOSTS SCRIPT SCRIPT_ARGS SCRIPT_REQUIREMENTS KERAS TRAINER_ARGS EPOCHS
+export MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE
 
 VENV := .venv
 PY   := $(VENV)/bin/python
+TFC  := $(VENV)/bin/tfcluster
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
-# The project's Terraform CLI config: the aws provider from the offline mirror in .cache/terraform
-# (TFCLUSTER_TF_REGISTRY=1: the public registry, for a machine with internet). Overrides the machine's own.
-export TF_CLI_CONFIG_FILE := $(CURDIR)/.cache/terraform/terraformrc$(if $(filter 1,$(TFCLUSTER_TF_REGISTRY)),.registry)
-export TFCLUSTER_CLUSTER ?= tfcluster-$(CLUSTER)
-export TFCLUSTER_STRATEGY := $(STRATEGY)
-export TFCLUSTER_WORKERS := $(WORKERS)
-ifeq ($(CLUSTER),onprem)
-export TFCLUSTER_SOURCE := static
-export TFCLUSTER_HOSTS_FILE := $(HOSTS)
-else
-export TFCLUSTER_SOURCE := terraform
-export TFCLUSTER_TF_DIR := $(CURDIR)/infra/$(CLUSTER)
-endif
-INVENTORY := inventory/tfcluster.py
-PLAYBOOK_VARS := -e tfcluster_job=$(JOB) -e tfcluster_cluster=$(CLUSTER) $(if $(SCRIPT),-e tfcluster_script=$(SCRIPT)) $(if $(EPOCHS),-e tfcluster_epochs=$(EPOCHS))
-PLAYBOOK_VARS += $(if $(filter onprem,$(CLUSTER)),$(if $(wildcard $(WHEELHOUSE)),-e python_runtime_wheelhouse=$(abspath $(WHEELHOUSE))))
-PLAYBOOK_VARS += $(ANSIBLE_ARGS) $(if $(SCRIPT_ARGS),-e "tfcluster_script_args='$(SCRIPT_ARGS)'") $(if $(SCRIPT_REQUIREMENTS),-e tfcluster_script_requirements=$(SCRIPT_REQUIREMENTS)) $(if $(TRAINER_ARGS),-e "tfcluster_trainer_args='$(TRAINER_ARGS)'")
 
 ##@ The two commands
 .PHONY: demo
 demo: setup ## Whole job end to end on the embedded local cluster (emulated AWS + local workers), then a summary
-	$(MAKE) provision CLUSTER=local
-	$(MAKE) train CLUSTER=local
-	$(PY) -m tfcluster.summary --artifacts artifacts/local/$(JOB)
+	$(TFC) demo
 
 .PHONY: test
 test: setup setup-lab ## Every test suite (unit, integration, lab); installs what it needs first
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+##@ Cluster lifecycle
+.PHONY: provision
+provision: setup ## Create the machines (local: emulated AWS on loopback; aws: infra/aws + terraform.tfvars)
+	$(TFC) provision
+
+.PHONY: plan
+plan: setup ## Terraform plan and every planned host's TF_CONFIG; touches no host
+	$(TFC) plan
+
+.PHONY: train
+train: setup ## Prepare hosts, gang-start the job, wait (fail fast), collect the chief's checkpoint
+	$(TFC) train
+
+.PHONY: collect
+collect: setup ## Bring the chief's checkpoint into artifacts/<cluster>/<job>/ and verify it
+	$(TFC) collect
+
+.PHONY: status
+status: setup ## Each task's state and progress
+	$(TFC) status
+
+.PHONY: logs
+logs: setup ## Follow the chief's job log live (HOST=name: that host's); ends with the job or Ctrl-C
+	$(TFC) logs
+
+.PHONY: stop
+stop: setup ## Stop every task of the job
+	$(TFC) stop
+
+.PHONY: destroy
+destroy: setup ## Tear the machines down (checks that no tagged instance is left)
+	$(TFC) destroy
+
+.PHONY: clean
+clean: ## Remove local job state (.cache/local); keeps artifacts, .venv and downloads
+	rm -rf .cache/local
 
 ##@ Development
 .PHONY: help
@@ -63,7 +91,7 @@ help: ## Show this help
 
 .PHONY: setup
 setup: ## Create .venv and fetch every offline cache (idempotent)
-	bash tools/setup.sh
+	@bash tools/setup.sh
 
 .PHONY: test-unit
 test-unit: setup ## Fast tests only (no TensorFlow workers, terraform or lab)
@@ -82,10 +110,11 @@ test-molecule: setup ## Molecule scenario default (delegated driver, localhost, 
 	$(VENV)/bin/molecule test -s default
 
 .PHONY: lint
-lint: setup ## ruff, ansible-lint (production profile), terraform fmt
+lint: setup ## ruff (with complexity), ansible-lint (production profile), terraform fmt, checkov
 	$(PY) -m ruff check .
 	$(VENV)/bin/ansible-lint --offline playbooks/ molecule/default/
-	$(PY) -m tfcluster.terraform fmt-check
+	terraform fmt -check -recursive -diff infra
+	.cache/venvs/checkov/bin/checkov -d infra --framework terraform --skip-download --quiet --compact
 
 .PHONY: bench
 bench: setup ## Benchmarks (print ratios measured in one run)
@@ -116,40 +145,3 @@ lab-down: ## Stop every lab; removes bridges, mounts, cgroups (safe to re-run)
 .PHONY: lab-status
 lab-status: ## Lab hosts: address, slot, link, SSH, memory
 	$(PY) -m lab status
-
-##@ Cluster lifecycle
-.PHONY: provision
-provision: setup ## Create the machines (local: emulated AWS on loopback; aws: infra/aws + terraform.tfvars)
-	$(PY) -m tfcluster.provision apply --cluster $(CLUSTER) $(if $(AUTO_APPROVE),--auto-approve)
-
-.PHONY: plan
-plan: setup ## Terraform plan and every planned host's TF_CONFIG; touches no host
-	$(if $(filter onprem,$(CLUSTER)),$(PY) $(INVENTORY) --tf-config all,$(PY) -m tfcluster.provision plan --cluster $(CLUSTER))
-
-.PHONY: train
-train: setup ## Prepare hosts, gang-start the job, wait (fail fast), collect the chief's checkpoint
-	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/train.yml $(PLAYBOOK_VARS)
-
-.PHONY: collect
-collect: ## Bring the chief's checkpoint into artifacts/<cluster>/<job>/ and verify it
-	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/collect.yml $(PLAYBOOK_VARS)
-
-.PHONY: status
-status: ## Each host's unit state and progress
-	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/status.yml $(PLAYBOOK_VARS)
-
-.PHONY: logs
-logs: ## The chief's log
-	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/status.yml $(PLAYBOOK_VARS) -e tfcluster_show_logs=true --limit chief:worker[0]
-
-.PHONY: stop
-stop: ## Stop every unit of the job
-	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/stop.yml $(PLAYBOOK_VARS)
-
-.PHONY: destroy
-destroy: setup ## Remove everything provision created (local: checks 0 instances left, stops the endpoint)
-	$(PY) -m tfcluster.provision destroy --cluster $(CLUSTER) $(if $(AUTO_APPROVE),--auto-approve)
-
-.PHONY: clean
-clean: ## Remove artifacts and local job state (keeps .venv and .cache downloads)
-	rm -rf artifacts .cache/local

@@ -88,6 +88,20 @@ class Reach:
             connect_timeout=int(defaults["timeout"]) if defaults.get("timeout") else None,
         )
 
+    @classmethod
+    def from_info(cls, info: Mapping[str, Any]) -> Reach:
+        """From what the ``tfcluster.cluster.reach_info`` action plugin returned for a host (Ansible's own resolution
+        of its connection options)."""
+        fields = {key: info.get(key) for key in ("name", "connection", "host", "user", "private_key_file")}
+        port, timeout = info.get("port"), info.get("connect_timeout")
+        return cls(**{k: (str(v) if v is not None else None) for k, v in fields.items()},  # type: ignore[arg-type]
+                   port=int(port) if port not in (None, "") else None,
+                   ssh_args=_text(info.get("ssh_args")), ssh_common_args=_text(info.get("ssh_common_args")),
+                   ssh_extra_args=_text(info.get("ssh_extra_args")),
+                   host_key_checking=bool(info.get("host_key_checking", True)),
+                   become=bool(info.get("become")), become_user=_text(info.get("become_user")) or "root",
+                   connect_timeout=int(timeout) if timeout not in (None, "") else None)
+
     def ssh_options(self) -> list[str]:
         """``ssh`` options before the destination, in Ansible's order (for ssh the first value of an option wins:
         the user's own arguments come before our fallbacks)."""

@@ -1,0 +1,74 @@
+"""Callback plugin: plays and failures as events for the `tfcluster` command's terminal view.
+
+Writes nothing unless TFCLUSTER_EVENTS names a file (see tfcluster/events.py); the `tfcluster` command enables the
+plugin and sets the variable, so a plain ansible-playbook run is unaffected.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = r"""
+name: events
+type: notification
+author: tfcluster
+short_description: Plays and failures as JSON lines for the tfcluster command
+description:
+  - Appends one JSON object per line to the file named by TFCLUSTER_EVENTS - a play started or ended (with its
+    duration and whether a host failed in it), a task failed or a host was unreachable (host, task, message).
+  - The tfcluster command reads them and prints one line per stage; the full output goes to its log file.
+requirements:
+  - the tfcluster package on the control machine (tfcluster.events)
+"""
+
+MAX_MESSAGE = 2000
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "notification"
+    CALLBACK_NAME = "tfcluster.cluster.events"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        from tfcluster import events
+
+        self._emit = events.emit
+        self._play: str | None = None
+        self._started = 0.0
+        self._failed = False
+
+    def _end_play(self) -> None:
+        if self._play is not None:
+            self._emit("stage_end", name=self._play, seconds=round(time.monotonic() - self._started, 2),
+                       ok=not self._failed)
+        self._play = None
+
+    def v2_playbook_on_play_start(self, play: Any) -> None:
+        self._end_play()
+        self._play = play.get_name().strip() or "play"
+        self._started = time.monotonic()
+        self._failed = False
+        self._emit("stage_start", name=self._play)
+
+    def _failure(self, result: Any, what: str) -> None:
+        self._failed = True
+        res = result._result
+        message = res.get("msg") or res.get("stderr") or res.get("reason") or what
+        self._emit("task_failed", host=result._host.get_name(), task=result._task.get_name().strip(),
+                   msg=str(message)[-MAX_MESSAGE:], unreachable=what == "unreachable")
+
+    def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
+        if not ignore_errors:
+            self._failure(result, "failed")
+
+    def v2_runner_on_unreachable(self, result: Any) -> None:
+        if not getattr(result._task, "ignore_unreachable", False):
+            self._failure(result, "unreachable")
+
+    def v2_playbook_on_stats(self, stats: Any) -> None:
+        self._end_play()

@@ -1,0 +1,304 @@
+"""The `tfcluster` command behind every make target: `make train` is `tfcluster train`, and so on.
+
+Settings come from the environment the Makefile exports (CLUSTER, JOB, WORKERS, STRATEGY, HOSTS, SCRIPT,
+SCRIPT_ARGS, SCRIPT_REQUIREMENTS, KERAS, TRAINER_ARGS, EPOCHS, MAX_DURATION, VERBOSE, AUTO_APPROVE, HOST,
+ANSIBLE_ARGS, WHEELHOUSE, TFCLUSTER_CLUSTER, TFCLUSTER_TF_DIR): they reach Ansible as a JSON extra-vars file, never
+as shell words. The terminal shows one line per stage, the live progress of every task and a summary; the whole
+Terraform/Ansible output goes to a log under artifacts/<cluster>/<job>/logs/ (VERBOSE=1 shows it too).
+
+Exit codes: 0 done; 1 the command failed (what and where is printed); 2 bad settings (nothing ran).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tfcluster import contract, paths
+from tfcluster import run as runner
+from tfcluster.settings import Settings, SettingsError, load
+from tfcluster.view import View, duration, failure_lines
+
+EXIT_OK, EXIT_FAILED, EXIT_SETTINGS = 0, 1, 2
+LEDGER = "job.json"  # artifacts/<cluster>/<job>/job.json: did the job finish, was it collected
+
+
+class CommandError(RuntimeError):
+    """A step failed; the message says what and how to go on."""
+
+
+@contextmanager
+def job_lock(settings: Settings) -> Iterator[None]:
+    """One `make train`/`make collect` at a time per cluster and job (a second one is refused, naming the first)."""
+    directory = paths.job_dir(settings.cluster, settings.job)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            raise CommandError(f"another train/collect of job {settings.job} on CLUSTER={settings.cluster} is running "
+                               f"(pid {holder}). Fix: wait for it, or `make stop` it") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+
+
+def inventory_env(settings: Settings) -> dict[str, str]:
+    """What the inventory script reads (inventory/tfcluster.py documents each variable)."""
+    from tfcluster import terraform as toolchain
+
+    env = {"TFCLUSTER_CLUSTER": settings.cluster_name, "TFCLUSTER_STRATEGY": settings.strategy,
+           "TFCLUSTER_WORKERS": str(settings.workers)}
+    if settings.cluster == "onprem":
+        env |= {"TFCLUSTER_SOURCE": "static", "TFCLUSTER_HOSTS_FILE": str(settings.hosts_file)}
+    else:
+        env |= {"TFCLUSTER_SOURCE": "terraform",
+                "TFCLUSTER_TF_DIR": str(settings.tf_dir or paths.REPO_ROOT / "infra" / settings.cluster)}
+    env["TF_CLI_CONFIG_FILE"] = toolchain.terraform_env({})["TF_CLI_CONFIG_FILE"]
+    return env
+
+
+def playbook_vars(settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(trusted, untrusted) extra vars: names checked against the contract are trusted; a user's paths and
+    arguments are untrusted (marked unsafe: never templated)."""
+    trusted: dict[str, Any] = {"tfcluster_job": settings.job, "tfcluster_cluster": settings.cluster}
+    untrusted: dict[str, Any] = {}
+    if settings.script is not None:
+        untrusted |= {"tfcluster_script": str(settings.script), "tfcluster_script_args": list(settings.script_args)}
+        trusted["tfcluster_script_keras"] = settings.script_keras
+    if settings.script_requirements is not None:
+        untrusted["tfcluster_script_requirements"] = str(settings.script_requirements)
+    if settings.trainer_args:
+        untrusted["tfcluster_trainer_args"] = list(settings.trainer_args)
+    if settings.epochs is not None:
+        trusted["tfcluster_epochs"] = settings.epochs
+    if settings.max_duration is not None:
+        trusted["tfcluster_max_duration"] = settings.max_duration
+    if settings.cluster == "onprem" and settings.wheelhouse is not None and settings.wheelhouse.is_dir():
+        untrusted["python_runtime_wheelhouse"] = str(settings.wheelhouse)
+    return trusted, untrusted
+
+
+def read_ledger(directory: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((directory / LEDGER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def collected_dir(directory: Path) -> Path | None:
+    """The verified copy of a job on this machine (``current``, or the job dir itself for older copies)."""
+    for candidate in (directory / "current", directory):
+        if (candidate / contract.DONE).is_file():
+            return candidate
+    return None
+
+
+def write_ledger(directory: Path, settings: Settings, view: View) -> None:
+    from tfcluster.files import atomic_write_json
+
+    record = read_ledger(directory)
+    decision = (view.decision or {}).get("decision")
+    if decision == "done":
+        record["finished"] = True
+    record.update(cluster_name=settings.cluster_name, collected=collected_dir(directory) is not None)
+    atomic_write_json(directory / LEDGER, record)
+
+
+def uncollected_jobs(cluster: str, cluster_name: str) -> list[str]:
+    """Jobs of this cluster that finished but whose artifacts never came home."""
+    root = paths.ARTIFACTS / cluster
+    jobs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    return [p.name for p in jobs if (record := read_ledger(p)).get("finished") and not record.get("collected")
+            and record.get("cluster_name", cluster_name) == cluster_name]
+
+
+class Command:
+    """One invocation: settings, the terminal view, and the runs it makes."""
+
+    def __init__(self, settings: Settings, out: Any = None) -> None:
+        self.s = settings
+        self.out = out or sys.stdout
+        self.view = View(self.out, tty=self.out.isatty())
+        self.job_dir = paths.job_dir(settings.cluster, settings.job)
+
+    def say(self, text: str) -> None:
+        self.view.line(text)
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, **inventory_env(self.s)}
+
+    def playbook(self, name: str, action: str, *, more_vars: Mapping[str, Any] | None = None) -> int:
+        log = paths.log_file(self.job_dir, action)
+        events_file = log.with_suffix(".events.jsonl")
+        trusted, untrusted = playbook_vars(self.s)
+        extra = runner.write_extra_vars(log.parent, {**trusted, **(more_vars or {})}, untrusted)
+        self.say(f"{action} job {self.s.job} on CLUSTER={self.s.cluster} ({self.s.cluster_name}); log: "
+                 f"{_rel(log)}")
+        env = runner.ansible_env(self.env(), events_file, {})
+        code = runner.run(runner.playbook_argv(name, extra, self.s.ansible_args), env=env, log=log, view=self.view,
+                          verbose=self.s.verbose, events_file=events_file)
+        if code != 0:
+            for text in failure_lines(self.view, _rel(log)):
+                self.say(text)
+        return code
+
+    def provision(self, action: str) -> int:
+        argv = [sys.executable, "-m", "tfcluster.provision", action, "--cluster", self.s.cluster]
+        argv += ["--auto-approve"] if self.s.auto_approve else []
+        env = self.env()
+        if action == "plan" or (self.s.cluster == "aws" and not self.s.auto_approve):
+            return runner.run_interactive(argv, env=env)
+        log = paths.log_file(paths.ARTIFACTS / self.s.cluster, action)
+        self.say(f"{action} CLUSTER={self.s.cluster} ({self.s.cluster_name}); log: {_rel(log)}")
+        started = time.monotonic()
+        code = runner.run(argv, env=env, log=log, view=None, verbose=self.s.verbose)
+        mark = "ok  " if code == 0 else "FAIL"
+        self.say(f"  {mark} {'terraform ' + action:<58} {duration(time.monotonic() - started):>8}")
+        if code != 0:
+            self.say("  last lines of the log:")
+            for text in _tail(log, 25):
+                self.say(f"    {text}")
+        return code
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _tail(path: Path, lines: int) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []
+
+
+# --- commands -------------------------------------------------------------------------------------------------------
+def cmd_train(cmd: Command) -> int:
+    with job_lock(cmd.s):
+        code = cmd.playbook("train.yml", "train")
+        write_ledger(cmd.job_dir, cmd.s, cmd.view)
+    if code != 0:
+        return EXIT_FAILED
+    for text in job_summary(cmd.job_dir):
+        cmd.say(text)
+    return EXIT_OK
+
+
+def cmd_collect(cmd: Command) -> int:
+    with job_lock(cmd.s):
+        code = cmd.playbook("collect.yml", "collect")
+        write_ledger(cmd.job_dir, cmd.s, cmd.view)
+    return EXIT_OK if code == 0 else EXIT_FAILED
+
+
+def cmd_stop(cmd: Command) -> int:
+    return EXIT_OK if cmd.playbook("stop.yml", "stop") == 0 else EXIT_FAILED
+
+
+def cmd_status(cmd: Command) -> int:
+    return EXIT_OK if cmd.playbook("status.yml", "status") == 0 else EXIT_FAILED
+
+
+def cmd_provision(cmd: Command) -> int:
+    return EXIT_OK if cmd.provision("apply") == 0 else EXIT_FAILED
+
+
+def cmd_plan(cmd: Command) -> int:
+    if cmd.s.cluster == "onprem":
+        env = cmd.env()
+        return runner.run_interactive([sys.executable, str(paths.INVENTORY_SCRIPT), "--tf-config", "all"], env=env)
+    return EXIT_OK if cmd.provision("plan") == 0 else EXIT_FAILED
+
+
+def cmd_destroy(cmd: Command) -> int:
+    left = uncollected_jobs(cmd.s.cluster, cmd.s.cluster_name)
+    if left and os.environ.get("FORCE", "") != "1":
+        raise CommandError(f"job(s) {', '.join(left)} finished on {cmd.s.cluster_name} but were never collected: "
+                           "destroying would lose them. Fix: `make collect JOB=<job>` for each, or `make destroy "
+                           "FORCE=1` to destroy anyway")
+    return EXIT_OK if cmd.provision("destroy") == 0 else EXIT_FAILED
+
+
+def cmd_demo(cmd: Command) -> int:
+    if cmd.provision("apply") != 0:
+        return EXIT_FAILED
+    if cmd_train(cmd) != 0:
+        return EXIT_FAILED
+    from tfcluster import summary
+
+    directory = collected_dir(cmd.job_dir)
+    if directory is not None and (directory / contract.METRICS).is_file():
+        history = summary.load_metrics(directory).get("history") or {}
+        cmd.say(f"plot:         {_rel(summary.write_plot(history, directory / summary.PLOT_NAME))}")
+    cmd.say(f"tear down: make destroy CLUSTER={cmd.s.cluster}")
+    return EXIT_OK
+
+
+def job_summary(job_dir: Path) -> list[str]:
+    """What the job produced, from the collected copy."""
+    from tfcluster import summary
+
+    directory = collected_dir(job_dir)
+    if directory is None:
+        return [f"nothing was collected into {_rel(job_dir)}"]
+    try:
+        return summary.summary_lines(summary.load_metrics(directory), Path(_rel(directory)), None)
+    except summary.DemoError:
+        return [f"artifacts: {_rel(directory)} (sha256-verified; the job wrote no {contract.METRICS})"]
+
+
+COMMANDS: dict[str, tuple[Callable[[Command], int], str]] = {
+    "train": (cmd_train, "prepare the hosts, gang-start the job, wait (fail fast), collect"),
+    "collect": (cmd_collect, "bring the chief's checkpoint home and verify it"),
+    "stop": (cmd_stop, "stop every task of the job"),
+    "status": (cmd_status, "each task's state and progress"),
+    "provision": (cmd_provision, "create the machines (Terraform)"),
+    "plan": (cmd_plan, "the Terraform plan and every planned host's TF_CONFIG"),
+    "destroy": (cmd_destroy, "tear the machines down"),
+    "demo": (cmd_demo, "provision the local cluster, train, collect, summary and plot"),
+}
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tfcluster", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (_func, text) in COMMANDS.items():
+        sub.add_parser(name, help=text)
+    args = parser.parse_args(argv)
+    try:
+        settings = load(os.environ if env is None else env)
+    except SettingsError as exc:
+        for problem in exc.problems:
+            print(f"tfcluster {args.command}: {problem}", file=sys.stderr)
+        print("Nothing was started.", file=sys.stderr)
+        return EXIT_SETTINGS
+    try:
+        return COMMANDS[args.command][0](Command(settings))
+    except CommandError as exc:
+        print(f"tfcluster {args.command}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print(f"\ntfcluster {args.command}: interrupted. A started job keeps running: `make status`, `make stop`.",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

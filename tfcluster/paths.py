@@ -1,0 +1,25 @@
+"""Where things live on the control machine: the checkout, artifacts, logs, locks. Standard library only."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO_ROOT / "artifacts"
+CACHE = REPO_ROOT / ".cache"
+INVENTORY_SCRIPT = REPO_ROOT / "inventory" / "tfcluster.py"
+PLAYBOOKS = REPO_ROOT / "playbooks"
+ANSIBLE_CFG = REPO_ROOT / "ansible.cfg"
+
+
+def job_dir(cluster: str, job: str) -> Path:
+    """artifacts/<cluster>/<job>/: the collected copies (by manifest digest), ``current``, ``logs/``, the lock."""
+    return ARTIFACTS / cluster / job
+
+
+def log_file(directory: Path, action: str, now: float | None = None) -> Path:
+    """``<directory>/logs/<UTC time>-<action>.log``, one per run: a job dir for job actions, artifacts/<cluster>
+    for provision and destroy."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
+    return directory / "logs" / f"{stamp}-{action}.log"

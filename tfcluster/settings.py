@@ -1,0 +1,174 @@
+"""What a user asked for on the `make` command line, read from the environment and checked before anything runs.
+
+The Makefile exports its variables (CLUSTER, JOB, WORKERS, ...) to the `tfcluster` command, which reads them here:
+they never pass through a shell or Jinja. Every bad value is reported at once, as ``FIELD: MESSAGE. Fix: FIX``.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tfcluster import contract
+from tfcluster.contract import Problem
+from tfcluster.paths import REPO_ROOT
+
+CLUSTERS: tuple[str, ...] = ("local", "aws", "onprem")
+KERAS: tuple[str, ...] = ("legacy", "3")
+_DURATION = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$")
+DURATION_FORMS = "a number of minutes or a duration like 90s, 30m, 4h, 1h30m, 2d"
+
+
+class SettingsError(ValueError):
+    """Every problem of the settings; str() lists them."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One command's settings (the Make variables, validated)."""
+
+    cluster: str = "local"
+    job: str = "mnist"
+    workers: int = 2
+    strategy: str = "auto"
+    hosts_file: Path | None = None
+    script: Path | None = None
+    script_args: tuple[str, ...] = ()
+    script_requirements: Path | None = None
+    script_keras: str = "legacy"
+    trainer_args: tuple[str, ...] = ()
+    epochs: int | None = None
+    max_duration: int | None = None  # seconds
+    verbose: bool = False
+    auto_approve: bool = False
+    host: str | None = None  # make logs HOST=...
+    ansible_args: tuple[str, ...] = ()
+    wheelhouse: Path | None = None
+    cluster_name: str = ""  # TFCLUSTER_CLUSTER, default tfcluster-<cluster>
+    tf_dir: Path | None = None  # TFCLUSTER_TF_DIR, default infra/<cluster>
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def artifacts(self) -> Path:
+        """artifacts/<cluster>/<job>/ on this machine."""
+        return REPO_ROOT / "artifacts" / self.cluster / self.job
+
+
+def parse_duration(text: str, default_unit: int = 60) -> int | None:
+    """Seconds of ``90s``, ``30m``, ``4h``, ``1h30m``, ``2d`` or a bare number (of ``default_unit`` seconds);
+    ``off``/``none``/``0`` is None. Raises ValueError naming the accepted forms."""
+    value = text.strip().lower()
+    if value in ("off", "none", "0", ""):
+        return None
+    if value.isdigit():
+        return int(value) * default_unit
+    match = _DURATION.match(value)
+    if not match or not any(match.groups()):
+        raise ValueError(f"{text!r} is not a duration: use {DURATION_FORMS}, or off")
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def _words(env: Mapping[str, str], key: str, problems: list[Problem]) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(env.get(key, "")))
+    except ValueError as exc:
+        problems.append(Problem(key, f"cannot be split into arguments ({exc})",
+                                "balance the quotes, e.g. SCRIPT_ARGS=\"--name 'two words'\""))
+        return ()
+
+
+def _path(env: Mapping[str, str], key: str, problems: list[Problem], *, must_exist: bool = True) -> Path | None:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return None
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else (Path(env.get("PWD") or Path.cwd()) / path)
+    if must_exist and not path.exists():
+        problems.append(Problem(key, f"{raw} does not exist", f"give an existing path for {key}"))
+    return path
+
+
+def _int(env: Mapping[str, str], key: str, low: int, problems: list[Problem]) -> int | None:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < low:
+        problems.append(Problem(key, f"{raw!r} is not a whole number >= {low}", f"set {key} to a number >= {low}"))
+        return None
+    return int(raw)
+
+
+def _choice(env: Mapping[str, str], key: str, choices: tuple[str, ...], default: str,
+            problems: list[Problem]) -> str:
+    value = env.get(key, "").strip() or default
+    if value not in choices:
+        problems.append(Problem(key, f"{value!r} is not one of {', '.join(choices)}",
+                                f"use {key}={choices[0]} (or one of {', '.join(choices)})"))
+        return default
+    return value
+
+
+def _flag(env: Mapping[str, str], key: str) -> bool:
+    return env.get(key, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _name(env: Mapping[str, str], key: str, kind: str, default: str, problems: list[Problem]) -> str:
+    value = env.get(key, "").strip() or default
+    problem = contract.name_problem(kind, value, key)
+    if problem:
+        problems.append(problem)
+    return value
+
+
+def load(env: Mapping[str, str]) -> Settings:
+    """Settings from the environment the Makefile exports; raises SettingsError listing every problem."""
+    problems: list[Problem] = []
+    cluster = _choice(env, "CLUSTER", CLUSTERS, "local", problems)
+    job = _name(env, "JOB", "job", "mnist", problems)
+    cluster_name = _name(env, "TFCLUSTER_CLUSTER", "cluster", f"tfcluster-{cluster}", problems)
+    host = env.get("HOST", "").strip() or None
+    if host is not None and (problem := contract.name_problem("host", host, "HOST")):
+        problems.append(problem)
+    max_duration = None
+    try:
+        max_duration = parse_duration(env.get("MAX_DURATION", ""))
+    except ValueError as exc:
+        problems.append(Problem("MAX_DURATION", str(exc), "e.g. MAX_DURATION=4h, or leave it unset for none"))
+    script = _path(env, "SCRIPT", problems)
+    if script is not None and not (script.is_dir() or script.suffix == ".py"):
+        problems.append(Problem("SCRIPT", f"{script} is neither a .py file nor a package directory",
+                                "point SCRIPT at your training script (.py) or a package with __main__.py"))
+    settings = Settings(
+        cluster=cluster,
+        job=job,
+        workers=_int(env, "WORKERS", 1, problems) or 2,
+        strategy=_choice(env, "STRATEGY", contract.STRATEGY_CHOICES, "auto", problems),
+        hosts_file=_path(env, "HOSTS", problems, must_exist=cluster == "onprem") if cluster == "onprem" else None,
+        script=script,
+        script_args=_words(env, "SCRIPT_ARGS", problems),
+        script_requirements=_path(env, "SCRIPT_REQUIREMENTS", problems),
+        script_keras=_choice(env, "KERAS", KERAS, "legacy", problems),
+        trainer_args=_words(env, "TRAINER_ARGS", problems),
+        epochs=_int(env, "EPOCHS", 1, problems),
+        max_duration=max_duration,
+        verbose=_flag(env, "VERBOSE"),
+        auto_approve=_flag(env, "AUTO_APPROVE"),
+        host=host,
+        ansible_args=_words(env, "ANSIBLE_ARGS", problems),
+        wheelhouse=_path(env, "WHEELHOUSE", problems, must_exist=False),
+        cluster_name=cluster_name,
+        tf_dir=_path(env, "TFCLUSTER_TF_DIR", problems, must_exist=False),
+    )
+    if env.get("WORKERS", "").strip() == "0":
+        problems.append(Problem("WORKERS", "0 workers cannot train", "use WORKERS=1 or more (default 2)"))
+    if problems:
+        raise SettingsError(problems)
+    return settings
