@@ -6,7 +6,6 @@ they never pass through a shell or Jinja. Every bad value is reported at once, a
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,12 +13,11 @@ from pathlib import Path
 
 from tfcluster import contract
 from tfcluster.contract import Problem
+from tfcluster.duration import DurationError, parse_duration
 from tfcluster.paths import REPO_ROOT
 
 CLUSTERS: tuple[str, ...] = ("local", "aws", "onprem")
 KERAS: tuple[str, ...] = ("legacy", "3")
-_DURATION = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$")
-DURATION_FORMS = "a number of minutes or a duration like 90s, 30m, 4h, 1h30m, 2d"
 
 
 class SettingsError(ValueError):
@@ -59,21 +57,6 @@ class Settings:
     def artifacts(self) -> Path:
         """artifacts/<cluster>/<job>/ on this machine."""
         return REPO_ROOT / "artifacts" / self.cluster / self.job
-
-
-def parse_duration(text: str, default_unit: int = 60) -> int | None:
-    """Seconds of ``90s``, ``30m``, ``4h``, ``1h30m``, ``2d`` or a bare number (of ``default_unit`` seconds);
-    ``off``/``none``/``0`` is None. Raises ValueError naming the accepted forms."""
-    value = text.strip().lower()
-    if value in ("off", "none", "0", ""):
-        return None
-    if value.isdigit():
-        return int(value) * default_unit
-    match = _DURATION.match(value)
-    if not match or not any(match.groups()):
-        raise ValueError(f"{text!r} is not a duration: use {DURATION_FORMS}, or off")
-    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def _words(env: Mapping[str, str], key: str, problems: list[Problem]) -> tuple[str, ...]:
@@ -139,9 +122,9 @@ def load(env: Mapping[str, str]) -> Settings:
         problems.append(problem)
     max_duration = None
     try:
-        max_duration = parse_duration(env.get("MAX_DURATION", ""))
-    except ValueError as exc:
-        problems.append(Problem("MAX_DURATION", str(exc), "e.g. MAX_DURATION=4h, or leave it unset for none"))
+        max_duration = parse_duration(env.get("MAX_DURATION", "").strip() or "off", "MAX_DURATION")
+    except DurationError as exc:
+        problems.append(exc.problem)
     script = _path(env, "SCRIPT", problems)
     if script is not None and not (script.is_dir() or script.suffix == ".py"):
         problems.append(Problem("SCRIPT", f"{script} is neither a .py file nor a package directory",
@@ -167,8 +150,6 @@ def load(env: Mapping[str, str]) -> Settings:
         cluster_name=cluster_name,
         tf_dir=_path(env, "TFCLUSTER_TF_DIR", problems, must_exist=False),
     )
-    if env.get("WORKERS", "").strip() == "0":
-        problems.append(Problem("WORKERS", "0 workers cannot train", "use WORKERS=1 or more (default 2)"))
     if problems:
         raise SettingsError(problems)
     return settings

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from lab.flows import MWMS_SLOTS, Flows
-from trainer.artifacts import verify_manifest
+from tfcluster.files import verify_dir
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -68,8 +68,7 @@ def test_mwms_trains_collects_and_rerun_is_noop(flow_lab: Flows) -> None:
             assert props["ActiveState"] == "inactive", (host, props)
         # Workers ran with MultiWorkerMirrored across 3 replicas and exited 0; the chief's artifacts came home.
         dest = flow_lab.artifacts(job)
-        assert (dest / "DONE").is_file() and (dest / "MANIFEST.sha256").is_file()
-        assert verify_manifest(dest) == [], "collected checkpoint does not match its manifest"
+        assert verify_dir(dest) > 0  # DONE there, every file of MANIFEST.sha256 with its sha256
         metrics = json.loads((dest / "metrics.json").read_text())
         assert metrics["strategy"] == "multi_worker_mirrored", metrics
         assert metrics["replicas"] == 3 and metrics["epochs"] == 3, metrics

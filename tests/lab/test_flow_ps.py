@@ -11,7 +11,7 @@ import json
 import pytest
 
 from lab.flows import PS_SLOTS, Flows
-from trainer.artifacts import verify_manifest
+from tfcluster.files import verify_dir
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -23,7 +23,7 @@ def test_parameter_server_job_completes_and_every_task_exits_cleanly(flow_lab: F
         run = flow_lab.run("train.yml", flow_lab.hosts_file(job, PS_SLOTS), job, timeout=900)
         assert run.returncode == 0, run.describe(120)
         dest = flow_lab.artifacts(job)
-        assert (dest / "DONE").is_file() and verify_manifest(dest) == []
+        assert verify_dir(dest) > 0  # DONE there, every file of MANIFEST.sha256 with its sha256
         metrics = json.loads((dest / "metrics.json").read_text())
         assert metrics["strategy"] == "parameter_server" and metrics["epochs"] == 3, metrics
         for host, task_type, _ in PS_SLOTS:
