@@ -22,12 +22,13 @@ MAX_DURATION ?=## job deadline, e.g. 4h: every task saves a backup and stops; a 
 VERBOSE  ?=## 1: show Terraform's and Ansible's whole output (always in artifacts/<cluster>/<job>/logs/)
 AUTO_APPROVE ?=## set to 1 to apply/destroy on AWS without the confirmation prompt
 FORCE    ?=## destroy: 1 destroys even when a finished job was never collected
+YES      ?=## clean-artifacts: 1 deletes without asking
 HOST     ?=## logs: the host whose job log to follow (default the chief)
 PYTEST_ARGS ?=## extra pytest arguments, e.g. -k inventory
 ANSIBLE_ARGS ?=## extra ansible-playbook arguments (trusted), e.g. -e tf_job_stall_timeout=120
 WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tfcluster.wheelhouse)
 export CLUSTER WORKERS JOB STRATEGY HOSTS SCRIPT SCRIPT_ARGS SCRIPT_REQUIREMENTS KERAS TRAINER_ARGS EPOCHS
-export MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE
+export MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE YES
 
 VENV := .venv
 PY   := $(VENV)/bin/python
@@ -77,9 +78,17 @@ stop: setup ## Stop every task of the job
 destroy: setup ## Tear the machines down (checks that no tagged instance is left)
 	$(TFC) destroy
 
+.PHONY: prune-artifacts
+prune-artifacts: setup ## Remove the older verified copies of JOB (the current one stays)
+	$(TFC) prune
+
 .PHONY: clean
 clean: ## Remove local job state (.cache/local); keeps artifacts, .venv and downloads
 	rm -rf .cache/local
+
+.PHONY: clean-artifacts
+clean-artifacts: setup ## Delete every collected artifact under artifacts/ (asks first; YES=1 answers yes)
+	$(TFC) clean-artifacts
 
 ##@ Development
 .PHONY: help

@@ -264,6 +264,53 @@ def job_summary(job_dir: Path) -> list[str]:
         return [f"artifacts: {_rel(directory)} (sha256-verified; the job wrote no {contract.METRICS})"]
 
 
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def old_copies(job_dir: Path) -> list[Path]:
+    """Verified copies of a job other than the one ``current`` points at (the collector keeps them)."""
+    current = (job_dir / "current").resolve() if (job_dir / "current").is_symlink() else None
+    return sorted(p for p in job_dir.iterdir() if p.is_dir() and not p.is_symlink() and p.resolve() != current
+                  and (p / contract.MANIFEST).is_file()) if job_dir.is_dir() else []
+
+
+def cmd_prune(cmd: Command) -> int:
+    """Remove the older verified copies of JOB; ``current`` stays."""
+    import shutil
+
+    with job_lock(cmd.s):
+        old = old_copies(cmd.job_dir)
+        for path in old:
+            size = _size(path)
+            shutil.rmtree(path)
+            cmd.say(f"removed {_rel(path)} ({size / 1e6:.1f} MB)")
+    if not old:
+        cmd.say(f"nothing to prune in {_rel(cmd.job_dir)}: only the current copy is there")
+    return EXIT_OK
+
+
+def cmd_clean_artifacts(cmd: Command) -> int:
+    """Delete every collected artifact, after asking (YES=1 answers for you)."""
+    import shutil
+
+    root = paths.ARTIFACTS
+    if not root.is_dir():
+        cmd.say("no artifacts/ to remove")
+        return EXIT_OK
+    question = f"Delete {_rel(root)} ({_size(root) / 1e6:.1f} MB: every collected checkpoint and log)? [y/N] "
+    if os.environ.get("YES") != "1":
+        if not sys.stdin.isatty():
+            raise CommandError(f"{_rel(root)} holds collected checkpoints; refusing to delete them without asking. "
+                               "Fix: run it on a terminal, or `make clean-artifacts YES=1`")
+        if input(question).strip().lower() not in ("y", "yes"):
+            cmd.say("kept artifacts/")
+            return EXIT_OK
+    shutil.rmtree(root)
+    cmd.say(f"removed {_rel(root)}")
+    return EXIT_OK
+
+
 COMMANDS: dict[str, tuple[Callable[[Command], int], str]] = {
     "train": (cmd_train, "prepare the hosts, gang-start the job, wait (fail fast), collect"),
     "collect": (cmd_collect, "bring the chief's checkpoint home and verify it"),
@@ -273,6 +320,8 @@ COMMANDS: dict[str, tuple[Callable[[Command], int], str]] = {
     "plan": (cmd_plan, "the Terraform plan and every planned host's TF_CONFIG"),
     "destroy": (cmd_destroy, "tear the machines down"),
     "demo": (cmd_demo, "provision the local cluster, train, collect, summary and plot"),
+    "prune": (cmd_prune, "remove the older verified copies of JOB (current stays)"),
+    "clean-artifacts": (cmd_clean_artifacts, "delete every collected artifact (asks first)"),
 }
 
 

@@ -168,3 +168,36 @@ def test_a_second_train_of_the_same_job_is_refused(tmp_path: Path, monkeypatch: 
         holder.join(10)
     with cli.job_lock(load(JOB="j")):  # free again
         pass
+
+
+def _copy(job_dir: Path, name: str) -> Path:
+    (job_dir / name / "export").mkdir(parents=True)
+    (job_dir / name / "MANIFEST.sha256").write_text("")
+    (job_dir / name / "DONE").write_text("{}")
+    return job_dir / name
+
+
+def test_prune_keeps_current_and_removes_older_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(paths, "ARTIFACTS", tmp_path)
+    job_dir = tmp_path / "local" / "mnist"
+    old, new = _copy(job_dir, "a" * 64), _copy(job_dir, "b" * 64)
+    (job_dir / "logs").mkdir()
+    (job_dir / "current").symlink_to(new.name)
+    out = io.StringIO()
+    assert cli.cmd_prune(cli.Command(load(), out)) == 0
+    assert not old.exists() and new.is_dir() and (job_dir / "logs").is_dir()
+    assert cli.collected_dir(job_dir) == job_dir / "current"
+    assert f"removed {old}" in out.getvalue()
+
+
+def test_clean_artifacts_asks_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(paths, "ARTIFACTS", tmp_path / "artifacts")
+    _copy(tmp_path / "artifacts" / "local" / "mnist", "c" * 64)
+    monkeypatch.delenv("YES", raising=False)
+    monkeypatch.setattr("sys.stdin", io.StringIO())  # not a terminal: nobody to ask
+    with pytest.raises(cli.CommandError, match="refusing to delete them without asking"):
+        cli.cmd_clean_artifacts(cli.Command(load(), io.StringIO()))
+    assert (tmp_path / "artifacts").is_dir()
+    monkeypatch.setenv("YES", "1")
+    assert cli.cmd_clean_artifacts(cli.Command(load(), io.StringIO())) == 0
+    assert not (tmp_path / "artifacts").exists()
