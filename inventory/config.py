@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from inventory.model import DEFAULT_BASE_PORT, DEFAULT_TF_DIR, DEFAULT_WORKERS, SOURCES, InventoryError
-from tfcluster.contract import STRATEGY_CHOICES, Problem
+from inventory.access import HOST_KEY_CHECKING, SshTrust, parse_bastion_text
+from inventory.fields import absolute, path_problem
+from inventory.model import CONNECT_MODES, DEFAULT_TF_DIR, DEFAULT_WORKERS, SOURCES, Bastion, InventoryError
+from tfcluster.contract import LOCAL_BASE_PORT, STRATEGY_CHOICES, TAG_KEYS, TF_PORT, Problem, name_problem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CLUSTER_NAMES = {"local": "local", "static": "onprem", "terraform": "tfcluster"}
+CLOUD_SOURCES = ("terraform", "aws")  # the sources that know public and private IPs (TFCLUSTER_CONNECT)
 
 
 @dataclass(frozen=True)
@@ -21,7 +24,12 @@ class Settings:
     cluster: str | None
     workers: int
     strategy: str
-    base_port: int
+    base_port: int = LOCAL_BASE_PORT  # local source: slot i listens on base_port + i
+    port: int = TF_PORT  # other sources: the training port of a host that states none
+    connect: str | None = None  # TFCLUSTER_CONNECT (aws, terraform); None: the source's own (terraform) or public
+    bastion: Bastion | None = None  # TFCLUSTER_BASTION
+    trust: SshTrust = field(default_factory=SshTrust)
+    identity: str | None = None  # ANSIBLE_PRIVATE_KEY_FILE as given (checked when a bastion uses it)
 
 
 def _int_env(env: Mapping[str, str], key: str, default: int, bounds: tuple[int, int],
@@ -37,36 +45,94 @@ def _int_env(env: Mapping[str, str], key: str, default: int, bounds: tuple[int, 
     return default
 
 
-def load_settings(env: Mapping[str, str]) -> Settings:
-    """Settings from environment variables (see the inventory/tfcluster.py docstring)."""
-    problems: list[Problem] = []
-    source = env.get("TFCLUSTER_SOURCE", "").strip() or "terraform"
-    if source not in SOURCES:
-        problems.append(Problem("TFCLUSTER_SOURCE", f"unknown source {source!r}", f"use one of {', '.join(SOURCES)}"))
-    strategy = env.get("TFCLUSTER_STRATEGY", "").strip() or "auto"
-    if strategy not in STRATEGY_CHOICES:
-        problems.append(Problem("TFCLUSTER_STRATEGY", f"unknown strategy {strategy!r}",
-                                f"use one of {', '.join(STRATEGY_CHOICES)}"))
-    workers = _int_env(env, "TFCLUSTER_WORKERS", DEFAULT_WORKERS, (1, 10_000), problems)
-    base_port = _int_env(env, "TFCLUSTER_BASE_PORT", DEFAULT_BASE_PORT, (1, 65535), problems)
+def _choice_env(env: Mapping[str, str], key: str, choices: tuple[str, ...], what: str,
+                problems: list[Problem]) -> str | None:
+    raw = env.get(key, "").strip()
+    if raw and raw not in choices:
+        problems.append(Problem(key, f"unknown {what} {raw!r}", f"use one of {', '.join(choices)}"))
+        return None
+    return raw or None
+
+
+def _ports(env: Mapping[str, str], source: str, strategy: str, workers: int,
+           problems: list[Problem]) -> tuple[int, int]:
+    base_port = _int_env(env, "TFCLUSTER_BASE_PORT", LOCAL_BASE_PORT, (1, 65535), problems)
+    port = _int_env(env, "TFCLUSTER_PORT", TF_PORT, (1, 65535), problems)
     if source == "local":
         extra = 2 if strategy == "parameter_server" else 0
         last = base_port + workers + extra - 1
         if last > 65535:
             problems.append(Problem("TFCLUSTER_BASE_PORT", f"{workers + extra} local tasks from port {base_port} "
                                     f"would need port {last}", "lower TFCLUSTER_BASE_PORT or TFCLUSTER_WORKERS"))
+    return base_port, port
+
+
+def _reach(env: Mapping[str, str], source: str, problems: list[Problem]) -> tuple[str | None, Bastion | None]:
+    """TFCLUSTER_CONNECT and TFCLUSTER_BASTION (aws and terraform sources only)."""
+    connect = _choice_env(env, "TFCLUSTER_CONNECT", CONNECT_MODES, "connect mode", problems)
+    raw_bastion = env.get("TFCLUSTER_BASTION", "").strip()
+    bastion, found = parse_bastion_text("TFCLUSTER_BASTION", raw_bastion) if raw_bastion else (None, [])
+    problems.extend(found)
+    if source not in CLOUD_SOURCES:
+        fix = ("unset it: a host file's hosts are reached at their `address` (add `bastion:` to the file for a jump "
+               "host)" if source == "static" else "unset it: local slots need no SSH")
+        problems.extend(Problem(key, f"applies to the {' and '.join(CLOUD_SOURCES)} sources, not {source}", fix)
+                        for key in ("TFCLUSTER_CONNECT", "TFCLUSTER_BASTION") if env.get(key, "").strip())
+        return None, None
+    if source == "aws" and connect is None and not found:
+        connect = "bastion" if bastion else "public"
+    if bastion is not None and connect not in (None, "bastion"):
+        problems.append(Problem("TFCLUSTER_BASTION", f"is set, but TFCLUSTER_CONNECT={connect} does not use it",
+                                "set TFCLUSTER_CONNECT=bastion, or unset TFCLUSTER_BASTION"))
+    if source == "aws" and connect == "bastion" and bastion is None and not found:
+        problems.append(Problem("TFCLUSTER_CONNECT", "is bastion, but TFCLUSTER_BASTION is not set",
+                                "export TFCLUSTER_BASTION=user@host[:port] (the jump host)"))
+    return connect, bastion
+
+
+def _trust(env: Mapping[str, str], problems: list[Problem]) -> SshTrust:
+    """TFCLUSTER_KNOWN_HOSTS and TFCLUSTER_HOST_KEY_CHECKING."""
+    checking = _choice_env(env, "TFCLUSTER_HOST_KEY_CHECKING", HOST_KEY_CHECKING, "host key checking", problems)
+    raw = env.get("TFCLUSTER_KNOWN_HOSTS", "").strip()
+    if not raw:
+        return SshTrust(checking=checking)
+    problem = path_problem("TFCLUSTER_KNOWN_HOSTS", raw)
+    if problem:
+        problems.append(problem)
+        return SshTrust(checking=checking)
+    return SshTrust(known_hosts=absolute(raw), checking=checking or "yes")
+
+
+def _cluster(env: Mapping[str, str], source: str, problems: list[Problem]) -> str | None:
+    cluster = env.get("TFCLUSTER_CLUSTER", "").strip() or None
+    if cluster is not None:
+        problems.extend(filter(None, [name_problem("cluster", cluster, "TFCLUSTER_CLUSTER")]))
+    elif source == "aws":
+        problems.append(Problem("TFCLUSTER_CLUSTER", "is not set, but TFCLUSTER_SOURCE=aws filters instances by "
+                                f"the {TAG_KEYS['cluster']} tag", "export TFCLUSTER_CLUSTER=<cluster_name>"))
+    return cluster
+
+
+def load_settings(env: Mapping[str, str]) -> Settings:
+    """Settings from environment variables (see the inventory/tfcluster.py docstring)."""
+    problems: list[Problem] = []
+    source = env.get("TFCLUSTER_SOURCE", "").strip() or "terraform"
+    if source not in SOURCES:
+        problems.append(Problem("TFCLUSTER_SOURCE", f"unknown source {source!r}", f"use one of {', '.join(SOURCES)}"))
+    strategy = _choice_env(env, "TFCLUSTER_STRATEGY", STRATEGY_CHOICES, "strategy", problems) or "auto"
+    workers = _int_env(env, "TFCLUSTER_WORKERS", DEFAULT_WORKERS, (1, 10_000), problems)
+    base_port, port = _ports(env, source, strategy, workers, problems)
     tf_dir_raw = env.get("TFCLUSTER_TF_DIR", "").strip()
-    tf_dir = Path(tf_dir_raw) if tf_dir_raw else REPO_ROOT / DEFAULT_TF_DIR
     hosts_raw = env.get("TFCLUSTER_HOSTS_FILE", "").strip()
-    hosts_file = Path(hosts_raw) if hosts_raw else None
-    if source == "static" and hosts_file is None:
+    if source == "static" and not hosts_raw:
         problems.append(Problem("TFCLUSTER_HOSTS_FILE", "is not set, but TFCLUSTER_SOURCE=static needs a host file",
                                 "export TFCLUSTER_HOSTS_FILE=path/to/hosts.yml (see inventory/onprem.example.yml)"))
-    cluster = env.get("TFCLUSTER_CLUSTER", "").strip() or None
-    if source == "aws" and cluster is None:
-        problems.append(Problem("TFCLUSTER_CLUSTER", "is not set, but TFCLUSTER_SOURCE=aws filters instances by "
-                                "the tfcluster:cluster tag", "export TFCLUSTER_CLUSTER=<cluster_name>"))
+    cluster = _cluster(env, source, problems)
+    connect, bastion = _reach(env, source, problems)
+    trust = _trust(env, problems)
     if problems:
         raise InventoryError(problems, "tfcluster inventory environment")
-    return Settings(source=source, tf_dir=tf_dir, hosts_file=hosts_file, cluster=cluster, workers=workers,
-                    strategy=strategy, base_port=base_port)
+    return Settings(source=source, tf_dir=Path(tf_dir_raw) if tf_dir_raw else REPO_ROOT / DEFAULT_TF_DIR,
+                    hosts_file=Path(hosts_raw) if hosts_raw else None, cluster=cluster, workers=workers,
+                    strategy=strategy, base_port=base_port, port=port, connect=connect, bastion=bastion, trust=trust,
+                    identity=env.get("ANSIBLE_PRIVATE_KEY_FILE", "").strip() or None)

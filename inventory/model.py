@@ -5,23 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tfcluster.contract import Problem, TFConfigError
-
-TAG_CLUSTER = "tfcluster:cluster"
-TAG_TASK_TYPE = "tfcluster:task_type"
-TAG_TASK_INDEX = "tfcluster:task_index"
-# Optional tags the aws source also reads (the Terraform module may write them).
-TAG_PORT = "tfcluster:port"
-TAG_GPUS = "tfcluster:gpus"
-TAG_SSH_USER = "tfcluster:ssh_user"
+from tfcluster.contract import SLOT_ORDER, Problem, TFConfigError
 
 SOURCES: tuple[str, ...] = ("terraform", "static", "aws", "local")
-DEFAULT_BASE_PORT = 22220  # same as infra/local base_port
 DEFAULT_WORKERS = 2
 DEFAULT_TF_DIR = "infra/aws"
 CONNECTIONS: tuple[str, ...] = ("ssh", "local")
-# Order of slots in every list the inventory prints (same as the Terraform `hosts` output).
-SLOT_ORDER: tuple[str, ...] = ("chief", "ps", "worker", "evaluator")
+ADDRESS_FIX = "give the host an address (IP or DNS name) that Ansible can reach"
 
 
 @dataclass(frozen=True)
@@ -30,7 +20,9 @@ class HostSpec:
 
     ``label`` names the host in error messages (e.g. ``hosts[2] (10.0.0.7)`` or ``i-0abc (10.0.0.7)``).
     ``address`` is where Ansible connects; ``tf_address`` is the address peers use in TF_CONFIG
-    (defaults to ``address``).
+    (defaults to ``address``). ``address_field``/``address_fix`` say where a missing address should have come
+    from (e.g. ``private_ip`` when hosts are reached by private IP) and how to give it; ``tf_address_field`` names the
+    source field of ``tf_address``.
     """
 
     label: str
@@ -44,6 +36,10 @@ class HostSpec:
     connection: object = "ssh"
     ssh_user: object = None
     ssh_port: object = None
+    host_keys: object = None
+    address_field: str = "address"
+    address_fix: str = ADDRESS_FIX
+    tf_address_field: str = "tf_address"
 
 
 @dataclass(frozen=True)
@@ -60,6 +56,7 @@ class Host:
     connection: str
     ssh_user: str | None = None
     ssh_port: int | None = None
+    host_keys: tuple[str, ...] = ()
 
     @property
     def slot(self) -> tuple[int, int]:
@@ -72,6 +69,34 @@ class Host:
         return f"{host}:{self.port}"
 
 
+CONNECT_MODES: tuple[str, ...] = ("public", "private", "bastion")
+
+
+@dataclass(frozen=True)
+class Bastion:
+    """A jump host Ansible goes through (ProxyCommand); ``host_keys`` its known keys (static host files only)."""
+
+    address: str
+    port: int = 22
+    user: str | None = None
+    host_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Access:
+    """How Ansible reaches the hosts: ``public``/``private`` IP, or ``bastion`` (private IP through the jump host).
+
+    A static host file has no mode of its own (each host's ``address`` is where Ansible connects): ``direct``.
+    """
+
+    mode: str = "public"
+    bastion: Bastion | None = None
+
+
+DIRECT = Access(mode="direct")
+PUBLIC = Access()
+
+
 class InventoryError(TFConfigError):
     """Every problem that stops the inventory from being built; str() lists them all."""
 
@@ -79,13 +104,10 @@ class InventoryError(TFConfigError):
         super().__init__(problems, source)
 
 
-def is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
 class SourceResult:
-    """What a source found: hosts, problems it saw while reading them, and the cluster name if it knows one.
+    """What a source found: hosts, problems it saw while reading them, the cluster name if it knows one, and how
+    Ansible reaches the hosts.
 
     ``empty_fix`` is the advice to give when there are no hosts at all.
     """
@@ -94,3 +116,4 @@ class SourceResult:
     empty_fix: str
     problems: tuple[Problem, ...] = ()
     cluster_name: str | None = None
+    access: Access = DIRECT

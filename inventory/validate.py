@@ -1,96 +1,76 @@
 """Host-level validation: turns HostSpecs into Hosts or collects every problem with them.
 
 Cluster, strategy and task rules are not repeated here: they come from ``tfcluster.contract`` (see ``build.py``).
-This layer covers what only the inventory knows: slots, addresses, ports, names, and which host is which.
+This layer covers what only the inventory knows: slots, addresses, ports, names, keys, and which host is which.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from itertools import islice
 
-from inventory.model import CONNECTIONS, Host, HostSpec, is_int
-from tfcluster.contract import TASK_TYPES, Problem
-
-_HOSTNAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?$")
-
-
-def _nonempty_str(value: object) -> bool:
-    return isinstance(value, str) and bool(value.strip()) and not any(c.isspace() for c in value)
+from inventory.fields import address_problem, count_problem, is_int, optional_name_problem, port_problem
+from inventory.known_hosts import parse_host_keys
+from inventory.model import CONNECTIONS, Host, HostSpec
+from tfcluster.contract import TASK_TYPES, Problem, name_problem
 
 
-def _is_address(value: object) -> bool:
-    """An IPv4/IPv6 address or a DNS name (no port, no spaces)."""
-    if not isinstance(value, str):
-        return False
-    if ":" in value:
-        try:
-            ipaddress.IPv6Address(value)
-        except ValueError:
-            return False
-        return True
-    return bool(_HOSTNAME.match(value))
-
-
-def _address_problem(label: str, field: str, value: object, fix: str) -> Problem | None:
-    if _is_address(value):
+def _task_type(label: str, spec: HostSpec) -> Problem | None:
+    if spec.task_type in TASK_TYPES:
         return None
-    if value in (None, ""):
-        return Problem(f"{label}.{field}", f"{field} is missing", fix)
-    if isinstance(value, str) and ":" in value and not value.startswith("["):
-        return Problem(f"{label}.{field}", f"{field} {value!r} holds a ':' but is not an IPv6 address",
-                       "give the port in `port`, and only the IP or DNS name as the address")
-    return Problem(f"{label}.{field}", f"{field} {value!r} is not an IP address or DNS name", fix)
+    what = "is missing" if spec.task_type in (None, "") else f"{spec.task_type!r} is not a task type"
+    return Problem(f"{label}.task_type", f"task_type {what}", f"use one of {', '.join(TASK_TYPES)}")
 
 
-def _port_problem(label: str, field: str, value: object, fix: str) -> Problem | None:
-    if is_int(value) and 1 <= value <= 65535:  # type: ignore[operator]
+def _task_index(label: str, spec: HostSpec) -> Problem | None:
+    if is_int(spec.task_index) and spec.task_index >= 0:  # type: ignore[operator]
         return None
-    return Problem(f"{label}.{field}", f"{field} {value!r} is not a whole number in 1..65535", fix)
+    what = "is missing" if spec.task_index is None else f"{spec.task_index!r} is not a whole number >= 0"
+    return Problem(f"{label}.task_index", f"task_index {what}",
+                   "give the host's index within its task type, counting from 0")
+
+
+def _address(label: str, spec: HostSpec) -> Problem | None:
+    field = spec.address_field
+    return address_problem(f"{label}.{field}", spec.address, spec.address_fix, what=field)
+
+
+def _tf_address(label: str, spec: HostSpec) -> Problem | None:
+    if spec.tf_address is None:
+        return None
+    field = spec.tf_address_field
+    fix = ("give the address peers use for training, or leave it out to use address" if field == "tf_address" else
+           f"give the instance a {field} that is an IP address (peers train over it)")
+    return address_problem(f"{label}.{field}", spec.tf_address, fix, field)
+
+
+def _connection(label: str, spec: HostSpec) -> Problem | None:
+    if spec.connection in CONNECTIONS:
+        return None
+    return Problem(f"{label}.connection", f"connection {spec.connection!r} is not supported",
+                   f"use one of {', '.join(CONNECTIONS)}")
+
+
+CHECKS: tuple[Callable[[str, HostSpec], Problem | None], ...] = (
+    _task_type,
+    _task_index,
+    _address,
+    _tf_address,
+    lambda label, s: port_problem(f"{label}.port", s.port, "give the training port, a whole number in 1..65535"),
+    lambda label, s: None if s.ssh_port is None else port_problem(
+        f"{label}.ssh_port", s.ssh_port, "give the SSH port in 1..65535 or leave it out", "ssh_port"),
+    lambda label, s: count_problem(f"{label}.gpus", s.gpus, "give the host's GPU count (0 for none)", "gpus"),
+    _connection,
+    lambda label, s: optional_name_problem("ssh_user", f"{label}.ssh_user", s.ssh_user),
+    lambda label, s: optional_name_problem("host", f"{label}.name", s.name),
+)
 
 
 def spec_problems(spec: HostSpec) -> list[Problem]:
     """Problems of one host taken alone."""
-    label = spec.label
-    problems: list[Problem] = []
-    if spec.task_type not in TASK_TYPES:
-        what = "is missing" if spec.task_type in (None, "") else f"{spec.task_type!r} is not a task type"
-        problems.append(Problem(f"{label}.task_type", f"task_type {what}",
-                                f"use one of {', '.join(TASK_TYPES)}"))
-    if not (is_int(spec.task_index) and spec.task_index >= 0):  # type: ignore[operator]
-        what = "is missing" if spec.task_index is None else f"{spec.task_index!r} is not a whole number >= 0"
-        problems.append(Problem(f"{label}.task_index", f"task_index {what}",
-                                "give the host's index within its task type, counting from 0"))
-    for field, value, fix in (
-            ("address", spec.address, "give the host an address (IP or DNS name) that Ansible can reach"),
-            ("tf_address", spec.tf_address, "give the address peers use for training, or leave it out to use "
-             "address")):
-        if field == "tf_address" and value is None:
-            continue
-        found = _address_problem(label, field, value, fix)
-        if found:
-            problems.append(found)
-    port = _port_problem(label, "port", spec.port, "give the training port, a whole number in 1..65535")
-    if port:
-        problems.append(port)
-    if spec.ssh_port is not None:
-        ssh = _port_problem(label, "ssh_port", spec.ssh_port, "give the SSH port in 1..65535 or leave it out")
-        if ssh:
-            problems.append(ssh)
-    if not (is_int(spec.gpus) and spec.gpus >= 0):  # type: ignore[operator]
-        problems.append(Problem(f"{label}.gpus", f"gpus {spec.gpus!r} is not a whole number >= 0",
-                                "give the host's GPU count (0 for none)"))
-    if spec.connection not in CONNECTIONS:
-        problems.append(Problem(f"{label}.connection", f"connection {spec.connection!r} is not supported",
-                                f"use one of {', '.join(CONNECTIONS)}"))
-    if spec.ssh_user is not None and not _nonempty_str(spec.ssh_user):
-        problems.append(Problem(f"{label}.ssh_user", f"ssh_user {spec.ssh_user!r} is not a user name",
-                                "give a user name or leave ssh_user out"))
-    if spec.name is not None and not _nonempty_str(spec.name):
-        problems.append(Problem(f"{label}.name", f"name {spec.name!r} is not a valid inventory host name",
-                                "give a name without spaces, or leave it out to use TYPE-INDEX"))
+    problems = [p for check in CHECKS if (p := check(spec.label, spec))]
+    problems += parse_host_keys(f"{spec.label}.host_keys", spec.host_keys)[1]
     return problems
 
 
@@ -108,7 +88,60 @@ def _to_host(spec: HostSpec) -> Host:
         connection=str(spec.connection),
         ssh_user=str(spec.ssh_user) if spec.ssh_user is not None else None,
         ssh_port=int(spec.ssh_port) if spec.ssh_port is not None else None,  # type: ignore[call-overload]
+        host_keys=parse_host_keys("", spec.host_keys)[0],
     )
+
+
+class _Seen:
+    """What the hosts checked so far hold: slots, TF endpoints and names, each with the first host holding it."""
+
+    def __init__(self, labels: dict[int, str]) -> None:
+        self.labels = labels
+        self.slots: dict[tuple[str, int], Host] = {}
+        self.endpoints: dict[str, Host] = {}
+        self.names: dict[str, Host] = {}
+        self.indices: dict[str, dict[int, Host]] = defaultdict(dict)
+
+    def add(self, host: Host) -> list[Problem]:
+        """Record the host; the problems of a slot, endpoint or name that an earlier host already holds."""
+        label, problems = self.labels[id(host)], []
+        slot = (host.task_type, host.task_index)
+        taken = self.slots.setdefault(slot, host)
+        if taken is not host:
+            problems.append(Problem(f"{label}.task_index", f"slot {slot[0]} {slot[1]} is also taken by "
+                                    f"{self.labels[id(taken)]}", f"give each {slot[0]} host its own task_index "
+                                    "(0, 1, 2, ...)"))
+        else:
+            self.indices[host.task_type][host.task_index] = host
+        used = self.endpoints.setdefault(host.endpoint, host)
+        if used is not host:
+            problems.append(Problem(f"{label}.port", f"address {host.endpoint} is also used by "
+                                    f"{self.labels[id(used)]}", "give hosts that share an address different "
+                                    "training ports"))
+        named = self.names.setdefault(host.name, host)
+        derived_clash = taken is not host and host.name == f"{slot[0]}-{slot[1]}"  # reported as the slot already
+        if named is not host and not derived_clash:
+            problems.append(Problem(f"{label}.name", f"host name {host.name!r} is also used by "
+                                    f"{self.labels[id(named)]}", "give every host a unique name"))
+        return problems
+
+    def gap_problems(self) -> list[Problem]:
+        """Index gaps of each task type, named at the first host after the gap."""
+        problems: list[Problem] = []
+        for task_type in TASK_TYPES:
+            taken = self.indices.get(task_type)
+            if not taken or max(taken) < len(taken):  # indices 0..n-1, each once: no gap
+                continue
+            missing = list(islice((i for i in range(max(taken)) if i not in taken), 10))  # the first ones, never all
+            total = max(taken) + 1 - len(taken)
+            gaps = ", ".join(map(str, missing)) + (f", ... ({total} in all)" if total > len(missing) else "")
+            after = [self.labels[id(taken[i])] for i in sorted(taken) if i > missing[0]]
+            problems.append(Problem(
+                f"{after[0]}.task_index",
+                f"{task_type} indices must run from 0 without gaps; missing {gaps} (hosts after the gap: "
+                f"{', '.join(after)})",
+                f"renumber the {task_type} hosts 0..{len(taken) - 1} or add the missing {task_type} {gaps}"))
+        return problems
 
 
 def cross_host_problems(hosts: Sequence[Host], labels: dict[int, str]) -> list[Problem]:
@@ -116,49 +149,9 @@ def cross_host_problems(hosts: Sequence[Host], labels: dict[int, str]) -> list[P
 
     ``labels`` maps ``id(host)`` to the label used in messages.
     """
-    problems: list[Problem] = []
-    by_slot: dict[tuple[str, int], Host] = {}
-    by_endpoint: dict[str, Host] = {}
-    by_name: dict[str, Host] = {}
-    indices: dict[str, dict[int, Host]] = defaultdict(dict)
-    for host in hosts:
-        label = labels[id(host)]
-        slot = (host.task_type, host.task_index)
-        if slot in by_slot:
-            problems.append(Problem(
-                f"{label}.task_index",
-                f"slot {host.task_type} {host.task_index} is also taken by {labels[id(by_slot[slot])]}",
-                f"give each {host.task_type} host its own task_index (0, 1, 2, ...)"))
-        else:
-            by_slot[slot] = host
-            indices[host.task_type][host.task_index] = host
-        if host.endpoint in by_endpoint:
-            problems.append(Problem(
-                f"{label}.port",
-                f"address {host.endpoint} is also used by {labels[id(by_endpoint[host.endpoint])]}",
-                "give hosts that share an address different training ports"))
-        else:
-            by_endpoint[host.endpoint] = host
-        derived_clash = slot in by_slot and by_slot[slot] is not host and host.name == f"{slot[0]}-{slot[1]}"
-        if host.name in by_name and not derived_clash:
-            problems.append(Problem(f"{label}.name", f"host name {host.name!r} is also used by "
-                                    f"{labels[id(by_name[host.name])]}", "give every host a unique name"))
-        elif host.name not in by_name:
-            by_name[host.name] = host
-    for task_type in TASK_TYPES:
-        taken = indices.get(task_type)
-        if not taken:
-            continue
-        missing = sorted(set(range(max(taken) + 1)) - set(taken))
-        if missing:
-            after = [labels[id(taken[i])] for i in sorted(taken) if i > missing[0]]
-            problems.append(Problem(
-                f"{after[0]}.task_index",
-                f"{task_type} indices must run from 0 without gaps; missing {', '.join(map(str, missing))} "
-                f"(hosts after the gap: {', '.join(after)})",
-                f"renumber the {task_type} hosts 0..{len(taken) - 1} or add the missing "
-                f"{task_type} {', '.join(map(str, missing))}"))
-    return problems
+    seen = _Seen(labels)
+    problems = [p for host in hosts for p in seen.add(host)]
+    return problems + seen.gap_problems()
 
 
 def validate_hosts(specs: Sequence[HostSpec], empty_fix: str) -> tuple[list[Host], list[Problem], dict[int, str]]:
@@ -177,6 +170,11 @@ def validate_hosts(specs: Sequence[HostSpec], empty_fix: str) -> tuple[list[Host
             problems.extend(found)
             continue
         host = _to_host(spec)
+        derived = name_problem("host", host.name, f"{spec.label}.name")  # TYPE-INDEX with an absurd index
+        if derived:
+            problems.append(Problem(derived.field, f"{derived.message} (derived from task_type and task_index)",
+                                    f"give the host a name, or an index that fits: {derived.fix}"))
+            continue
         hosts.append(host)
         labels[id(host)] = spec.label
     problems.extend(cross_host_problems(hosts, labels))

@@ -66,7 +66,7 @@ def inventory_env(settings: Settings) -> dict[str, str]:
     else:
         env |= {"TFCLUSTER_SOURCE": "terraform",
                 "TFCLUSTER_TF_DIR": str(settings.tf_dir or paths.REPO_ROOT / "infra" / settings.cluster)}
-    env["TF_CLI_CONFIG_FILE"] = toolchain.terraform_env({})["TF_CLI_CONFIG_FILE"]
+    env["TF_CLI_CONFIG_FILE"] = toolchain.terraform_env({}, cluster=settings.cluster)["TF_CLI_CONFIG_FILE"]
     return env
 
 

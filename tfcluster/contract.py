@@ -359,6 +359,22 @@ def tf_config_json(cluster: Mapping[str, Sequence[str]], task_type: str, task_in
                     task_index=task_index).to_json()
 
 
+# --- data for Ansible ------------------------------------------------------------------------------------------------
+ANSIBLE_UNSAFE = "__ansible_unsafe"  # ansible-core's JSON mark of a string it must never template
+
+
+def unsafe(value: Any) -> Any:
+    """``value`` with every string marked ``{"__ansible_unsafe": text}``: what a host file, a tag, Terraform or a
+    user's argument says reaches Ansible as data, never as a template (the inventory, the extra-vars file)."""
+    if isinstance(value, str):
+        return {ANSIBLE_UNSAFE: value}
+    if isinstance(value, Mapping):
+        return {key: unsafe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [unsafe(item) for item in value]
+    return value
+
+
 def contract_vars() -> dict[str, Any]:
     """The names YAML and Jinja use (the ``tfcluster.cluster.contract`` lookup): a plain JSON-able dict."""
     names = ("CHIEF", "WORKER", "PS", "EVALUATOR", "TASK_TYPES", "SLOT_ORDER", "INVENTORY_GROUP", "TAG_KEYS",

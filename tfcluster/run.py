@@ -16,22 +16,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from tfcluster import events
+from tfcluster.contract import unsafe
 from tfcluster.paths import ANSIBLE_CFG, INVENTORY_SCRIPT, PLAYBOOKS, REPO_ROOT
 from tfcluster.view import View
 
 EVENTS_CALLBACK = "tfcluster.cluster.events"
 POLL = 0.25  # seconds between reads of the events file
-
-
-def unsafe(value: Any) -> Any:
-    """Mark every string of ``value`` so Ansible never templates it (a user's argument stays a literal)."""
-    if isinstance(value, str):
-        return {"__ansible_unsafe": value}
-    if isinstance(value, Mapping):
-        return {key: unsafe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [unsafe(item) for item in value]
-    return value
 
 
 def write_extra_vars(directory: Path, trusted: Mapping[str, Any], untrusted: Mapping[str, Any]) -> Path:

@@ -4,8 +4,9 @@ Uses boto3's DescribeInstances paginator. Region, profile, credentials and endpo
 environment (AWS_REGION / AWS_DEFAULT_REGION, AWS_PROFILE, AWS_ACCESS_KEY_ID..., AWS_ENDPOINT_URL or
 AWS_ENDPOINT_URL_EC2), so tests point it at a local moto server. The client is injectable.
 
-Tags read: tfcluster:task_type, tfcluster:task_index (required); tfcluster:port, tfcluster:gpus,
-tfcluster:ssh_user (optional; port defaults to TFCLUSTER_BASE_PORT, gpus to 0).
+Tags read (keys from ``tfcluster.contract.TAG_KEYS``): task_type, task_index (required); port, gpus, ssh_user
+(optional; port defaults to TFCLUSTER_PORT, else contract.TF_PORT; gpus to 0). Ansible connects to the public or
+private IP as TFCLUSTER_CONNECT says (through TFCLUSTER_BASTION in bastion mode); TF_CONFIG uses the private IP.
 """
 
 from __future__ import annotations
@@ -13,18 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from inventory.model import (
-    TAG_CLUSTER,
-    TAG_GPUS,
-    TAG_PORT,
-    TAG_SSH_USER,
-    TAG_TASK_INDEX,
-    TAG_TASK_TYPE,
-    HostSpec,
-    InventoryError,
-    SourceResult,
-)
-from tfcluster.contract import Problem
+from inventory.access import pick_addresses
+from inventory.fields import int_or_text
+from inventory.model import PUBLIC, Access, HostSpec, InventoryError, SourceResult
+from tfcluster.contract import TAG_KEYS, Problem
 
 
 def make_ec2_client() -> Any:
@@ -36,31 +29,22 @@ def make_ec2_client() -> Any:
     return boto3.session.Session().client("ec2", region_name=os.environ.get("AWS_REGION") or None)
 
 
-def _int_tag(value: str | None) -> object:
-    """Tag text as int where it is one; otherwise the text itself (so validation names it)."""
-    if value is None:
-        return None
-    text = value.strip()
-    return int(text) if text.isdigit() else value
-
-
-def instance_spec(instance: Mapping[str, Any], default_port: int) -> HostSpec:
-    """One instance -> HostSpec; tags give the slot."""
+def instance_spec(instance: Mapping[str, Any], default_port: int, mode: str = "public") -> HostSpec:
+    """One instance -> HostSpec; tags give the slot, TFCLUSTER_CONNECT's ``mode`` the address Ansible uses."""
     tags = {t.get("Key"): t.get("Value") for t in instance.get("Tags", [])}
     private_ip = instance.get("PrivateIpAddress") or None
     public_ip = instance.get("PublicIpAddress") or None
-    port = _int_tag(tags.get(TAG_PORT))
-    gpus = _int_tag(tags.get(TAG_GPUS))
+    port = int_or_text(tags.get(TAG_KEYS["port"]))
+    gpus = int_or_text(tags.get(TAG_KEYS["gpus"]))
     return HostSpec(
         label=f"{instance.get('InstanceId', '?')} ({private_ip or public_ip or 'no IP'})",
-        task_type=tags.get(TAG_TASK_TYPE),
-        task_index=_int_tag(tags.get(TAG_TASK_INDEX)),
-        address=public_ip or private_ip,
-        tf_address=private_ip or public_ip,
+        task_type=tags.get(TAG_KEYS["task_type"]),
+        task_index=int_or_text(tags.get(TAG_KEYS["task_index"])),
         port=default_port if port is None else port,
         gpus=0 if gpus is None else gpus,
         connection="ssh",
-        ssh_user=tags.get(TAG_SSH_USER),
+        ssh_user=tags.get(TAG_KEYS["ssh_user"]),
+        **pick_addresses(mode, public_ip, private_ip, "TFCLUSTER_CONNECT"),
     )
 
 
@@ -69,7 +53,7 @@ def describe_running(client: Any, cluster: str, page_size: int | None = None) ->
     paginator = client.get_paginator("describe_instances")
     config = {"PageSize": page_size} if page_size else {}
     pages = paginator.paginate(
-        Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]},
+        Filters=[{"Name": f"tag:{TAG_KEYS['cluster']}", "Values": [cluster]},
                  {"Name": "instance-state-name", "Values": ["running"]}],
         PaginationConfig=config,
     )
@@ -78,7 +62,8 @@ def describe_running(client: Any, cluster: str, page_size: int | None = None) ->
             yield from reservation.get("Instances", [])
 
 
-def fetch_aws(cluster: str, default_port: int, client: Any = None, page_size: int | None = None) -> SourceResult:
+def fetch_aws(cluster: str, default_port: int, access: Access = PUBLIC, client: Any = None,
+              page_size: int | None = None) -> SourceResult:
     """HostSpecs of the cluster's running instances; AWS errors become one problem with the fix."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
@@ -94,7 +79,7 @@ def fetch_aws(cluster: str, default_port: int, client: Any = None, page_size: in
     except (ClientError, BotoCoreError) as exc:
         raise InventoryError([Problem("EC2 DescribeInstances", f"failed: {exc}",
                                       "check AWS credentials, region and AWS_ENDPOINT_URL")]) from exc
-    specs = tuple(instance_spec(i, default_port) for i in instances)
-    return SourceResult(specs=specs, cluster_name=cluster,
-                        empty_fix=f"no running instance is tagged {TAG_CLUSTER}={cluster}: run `make provision` "
-                        "first, or check TFCLUSTER_CLUSTER and AWS_REGION")
+    specs = tuple(instance_spec(i, default_port, access.mode) for i in instances)
+    return SourceResult(specs=specs, cluster_name=cluster, access=access,
+                        empty_fix=f"no running instance is tagged {TAG_KEYS['cluster']}={cluster}: run `make "
+                        "provision` first, or check TFCLUSTER_CLUSTER and AWS_REGION")

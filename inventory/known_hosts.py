@@ -1,0 +1,88 @@
+"""Host keys from a static host file: checked where they enter, rendered as known_hosts lines.
+
+A host (or the file's ``bastion``) may list ``host_keys: ["ssh-ed25519 AAAA...", ...]`` — what
+``/etc/ssh/ssh_host_*_key.pub`` holds on that host. ``render(cluster)`` gives the known_hosts lines for every host
+that lists keys, keyed by the address Ansible connects to (``[address]:port`` when the SSH port is not 22); the
+control machine's CLI writes them to the cluster's own known_hosts file, which ``TFCLUSTER_KNOWN_HOSTS`` names.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from tfcluster.contract import Problem
+
+if TYPE_CHECKING:  # build -> validate -> this module: import the type only
+    from inventory.build import Cluster
+
+KEY_TYPES: tuple[str, ...] = (
+    "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "ssh-rsa",
+    "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com")
+KEY_FIX = ("give each key as `TYPE BASE64` from the host's /etc/ssh/ssh_host_*_key.pub, e.g. "
+           "\"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA...\"")
+
+
+def _blob_type(blob: bytes) -> str | None:
+    """The key type written at the start of an SSH public key blob (uint32 length + name), or None."""
+    if len(blob) < 4:
+        return None
+    size = int.from_bytes(blob[:4], "big")
+    if size > 64 or len(blob) < 4 + size:
+        return None
+    try:
+        return blob[4:4 + size].decode("ascii")
+    except UnicodeDecodeError:
+        return None
+
+
+def key_problem(field: str, value: object) -> Problem | None:
+    """None for ``TYPE BASE64 [comment]`` whose base64 decodes to a key blob of that TYPE."""
+    parts = value.split() if isinstance(value, str) else []
+    if len(parts) < 2 or "{" in parts[0]:
+        return Problem(field, f"{value!r} is not a public host key", KEY_FIX)
+    key_type, data = parts[0], parts[1]
+    if key_type not in KEY_TYPES:
+        return Problem(field, f"key type {key_type!r} is not an SSH host key type",
+                       f"use one of {', '.join(KEY_TYPES)}")
+    try:
+        blob = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return Problem(field, f"the {key_type} key is not valid base64", KEY_FIX)
+    if _blob_type(blob) != key_type:
+        return Problem(field, f"the base64 part is not a {key_type} key", KEY_FIX)
+    return None
+
+
+def parse_host_keys(field: str, value: object) -> tuple[tuple[str, ...], list[Problem]]:
+    """Keys as ``TYPE BASE64`` (comments dropped: they never leave the inventory) and the problems found."""
+    if value is None:
+        return (), []
+    if isinstance(value, str) or not isinstance(value, list):
+        return (), [Problem(field, f"must be a list of keys, got {type(value).__name__}",
+                            "write host_keys: [\"ssh-ed25519 AAAA...\"]")]
+    problems = [p for i, key in enumerate(value) if (p := key_problem(f"{field}[{i}]", key))]
+    if problems:
+        return (), problems
+    return tuple(" ".join(str(key).split()[:2]) for key in value), []
+
+
+def host_pattern(address: str, ssh_port: int | None) -> str:
+    """How known_hosts names a host: the address, or ``[address]:port`` for a port other than 22."""
+    return address if ssh_port in (None, 22) else f"[{address}]:{ssh_port}"
+
+
+def lines(entries: Iterable[tuple[str, int | None, tuple[str, ...]]]) -> list[str]:
+    return [f"{host_pattern(address, port)} {key}" for address, port, keys in entries for key in keys]
+
+
+def render(cluster: Cluster) -> str:
+    """known_hosts text for every host (and the bastion) that lists keys; '' when none does."""
+    entries = [(h.address, h.ssh_port, h.host_keys) for h in cluster.hosts]
+    bastion = cluster.access.bastion
+    if bastion is not None:
+        entries.insert(0, (bastion.address, bastion.port, bastion.host_keys))
+    found = lines(entries)
+    return "".join(f"{line}\n" for line in found)
