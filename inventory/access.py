@@ -24,8 +24,8 @@ from typing import Any
 
 from inventory.fields import address_problem, optional_name_problem, port_problem
 from inventory.known_hosts import parse_host_keys
-from inventory.model import CONNECT_MODES, Access, Bastion
-from tfcluster.contract import Problem
+from inventory.model import Access, Bastion
+from tfcluster.contract import CONNECT_MODES, Problem
 
 HOST_KEY_CHECKING: tuple[str, ...] = ("yes", "accept-new")
 BASTION_KEYS = frozenset({"address", "user", "port"})

@@ -8,8 +8,16 @@ from pathlib import Path
 
 from inventory.access import HOST_KEY_CHECKING, SshTrust, parse_bastion_text
 from inventory.fields import absolute, path_problem
-from inventory.model import CONNECT_MODES, DEFAULT_TF_DIR, DEFAULT_WORKERS, SOURCES, Bastion, InventoryError
-from tfcluster.contract import LOCAL_BASE_PORT, STRATEGY_CHOICES, TAG_KEYS, TF_PORT, Problem, name_problem
+from inventory.model import DEFAULT_TF_DIR, DEFAULT_WORKERS, SOURCES, Bastion, InventoryError
+from tfcluster.contract import (
+    CONNECT_MODES,
+    LOCAL_BASE_PORT,
+    STRATEGY_CHOICES,
+    TAG_KEYS,
+    TF_PORT,
+    Problem,
+    name_problem,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CLUSTER_NAMES = {"local": "local", "static": "onprem", "terraform": "tfcluster"}

@@ -69,9 +69,6 @@ class Host:
         return f"{host}:{self.port}"
 
 
-CONNECT_MODES: tuple[str, ...] = ("public", "private", "bastion")
-
-
 @dataclass(frozen=True)
 class Bastion:
     """A jump host Ansible goes through (ProxyCommand); ``host_keys`` its known keys (static host files only)."""

@@ -47,6 +47,10 @@ TAG_KEYS: dict[str, str] = {
     "expires": "tfcluster:expires",  # RFC 3339 UTC time after which the cluster counts as forgotten
 }
 
+# How the control machine reaches hosts (Terraform's `connect`, TFCLUSTER_CONNECT): public IP, private IP (VPN or a
+# control machine inside the VPC), or private IP through a jump host.
+CONNECT_MODES: tuple[str, ...] = ("public", "private", "bastion")
+
 # --- ports ----------------------------------------------------------------------------------------------------------
 TF_PORT = 2222  # the training (gRPC) port of a host that states none: Terraform's tf_port, host files, EC2 tags
 LOCAL_BASE_PORT = 22220  # local slots share 127.0.0.1: slot i (chief, ps, then workers) listens on this + i

@@ -1,6 +1,19 @@
+# What the inventory (hosts, connect, bastion, ssh_user, tf_port, cluster_name) and the CLI (region, checkpoint_s3,
+# autostop_down, expires_at) read. Same names and shapes in infra/local.
+
 output "hosts" {
   description = "Hosts sorted by slot (the inventory's terraform source reads this)."
   value       = module.cluster.hosts
+}
+
+output "connect" {
+  description = "How the hosts are reached: public, private or bastion."
+  value       = module.cluster.connect
+}
+
+output "bastion" {
+  description = "The jump host { address, user, port } for connect = bastion, else null."
+  value       = module.cluster.bastion
 }
 
 output "ssh_user" {
@@ -16,4 +29,34 @@ output "tf_port" {
 output "cluster_name" {
   description = "Cluster name (tfcluster:cluster tag value)."
   value       = module.cluster.cluster_name
+}
+
+output "region" {
+  description = "AWS region of the cluster."
+  value       = var.region
+}
+
+output "availability_zone" {
+  description = "Availability zone of the hosts."
+  value       = module.cluster.availability_zone
+}
+
+output "gpu_vendor" {
+  description = "GPU vendor of the instance type: nvidia, amd or none."
+  value       = module.cluster.gpu_vendor
+}
+
+output "checkpoint_s3" {
+  description = "s3://BUCKET/PREFIX for checkpoints, or null."
+  value       = module.cluster.checkpoint_s3
+}
+
+output "autostop_down" {
+  description = "What a host that powers itself off becomes: stop or terminate."
+  value       = module.cluster.autostop_down
+}
+
+output "expires_at" {
+  description = "The tfcluster:expires tag value, or null."
+  value       = module.cluster.expires_at
 }

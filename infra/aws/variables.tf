@@ -1,5 +1,8 @@
-# Most inputs pass straight to ../modules/gpu_cluster, which validates them; see its README for details.
+# Inputs of the real-AWS root. Each passes to ../modules/gpu_cluster, which validates it and holds its default:
+# null here means "the module's default" (see the module README for each). Only the provider settings are this
+# root's own.
 
+# --- provider ----------------------------------------------------------------------------------------------------
 variable "region" {
   description = "AWS region."
   type        = string
@@ -7,45 +10,71 @@ variable "region" {
 }
 
 variable "profile" {
-  description = "AWS CLI profile (null: the default credential chain)."
+  description = "AWS CLI profile (null: the default credential chain: AWS_PROFILE, environment keys, SSO, instance role)."
   type        = string
   default     = null
 }
 
+variable "tags" {
+  description = "Default tags for every resource (provider default_tags). The tfcluster:* keys are the module's."
+  type        = map(string)
+  default     = { project = "tfcluster" }
+}
+
+# --- cluster shape -----------------------------------------------------------------------------------------------
 variable "cluster_name" {
-  description = "Cluster name (tfcluster:cluster tag)."
+  description = "Cluster name (tfcluster:cluster tag; prefix of every resource name)."
   type        = string
   default     = "tfcluster-aws"
 }
 
 variable "slots" {
-  description = "Task type -> number of hosts."
+  description = "Task type -> number of hosts, e.g. { chief = 1, worker = 2 }. null: the module's { worker = 2 }."
   type        = map(number)
-  default     = { worker = 2 }
+  default     = null
 }
 
 variable "instance_type" {
-  description = "GPU instance type."
-  type        = string
-  default     = "g5.xlarge"
-}
-
-variable "allow_non_gpu_instance_type" {
-  description = "Allow a non-GPU instance type."
-  type        = bool
-  default     = false
-}
-
-variable "ami_id" {
-  description = "AMI id; null looks up the newest Deep Learning Base AMI (Ubuntu 22.04)."
+  description = "GPU instance type. null: the module's g5.xlarge."
   type        = string
   default     = null
 }
 
-variable "ssh_user" {
-  description = "Login user of the AMI."
+variable "allow_non_gpu_instance_type" {
+  description = "Allow a non-GPU instance type (a CPU-only smoke-test cluster)."
+  type        = bool
+  default     = null
+}
+
+variable "gpus_per_instance" {
+  description = "NVIDIA GPUs per host. null: looked up from instance_type."
+  type        = number
+  default     = null
+}
+
+# --- image, login ------------------------------------------------------------------------------------------------
+variable "ami_id" {
+  description = "AMI id (pin in production). null: the newest AWS Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) for the type's architecture."
   type        = string
-  default     = "ubuntu"
+  default     = null
+}
+
+variable "ami_name_filter" {
+  description = "Name filter of the AMI lookup. null: the Deep Learning Base AMI name of the type's architecture (x86_64 or arm64)."
+  type        = string
+  default     = null
+}
+
+variable "ami_owners" {
+  description = "Owners of the AMI lookup. null: [\"amazon\"]."
+  type        = list(string)
+  default     = null
+}
+
+variable "ssh_user" {
+  description = "Login user of the AMI. null: ubuntu."
+  type        = string
+  default     = null
 }
 
 variable "key_name" {
@@ -60,59 +89,114 @@ variable "public_key" {
   default     = null
 }
 
+variable "user_data" {
+  description = "Cloud-init user data for every host."
+  type        = string
+  default     = null
+}
+
+# --- reachability --------------------------------------------------------------------------------------------------
+variable "connect" {
+  description = "How the control machine reaches the hosts: public, private (VPN or inside the VPC) or bastion. null: public."
+  type        = string
+  default     = null
+}
+
+variable "bastion" {
+  description = "Jump host for connect = \"bastion\": { address, user, port = 22 }."
+  type = object({
+    address = string
+    user    = string
+    port    = optional(number, 22)
+  })
+  default = null
+}
+
+variable "associate_public_ip" {
+  description = "Give each host a public IP. null: yes for connect = public and in a VPC the module creates."
+  type        = bool
+  default     = null
+}
+
 variable "allowed_ssh_cidrs" {
-  description = "CIDRs allowed to SSH in (your address/32)."
+  description = "CIDRs allowed to SSH in: your address/32 (public), your VPN/VPC range (private), the bastion's private address (bastion). Required."
   type        = list(string)
-  default     = []
+  default     = null
 }
 
 variable "allow_ssh_from_anywhere" {
   description = "Explicitly allow 0.0.0.0/0 in allowed_ssh_cidrs."
   type        = bool
-  default     = false
+  default     = null
+}
+
+variable "egress_cidrs" {
+  description = "CIDRs the hosts may reach on 80/443. null: anywhere."
+  type        = list(string)
+  default     = null
 }
 
 variable "tf_port" {
-  description = "TensorFlow gRPC port."
+  description = "TensorFlow gRPC port. null: the module's (tfcluster's) default training port."
   type        = number
-  default     = 2222
+  default     = null
 }
 
+# --- instances -----------------------------------------------------------------------------------------------------
 variable "spot" {
-  description = "Spot settings: { enabled = true, max_price = \"1.20\" }."
+  description = "Spot settings: { enabled = true, max_price = \"1.20\" } (then autostop_down must be \"terminate\")."
   type = object({
     enabled   = optional(bool, false)
     max_price = optional(string)
   })
-  default = {}
+  default = null
 }
 
 variable "placement_group" {
-  description = "Create a cluster placement group."
+  description = "Create a cluster placement group (p4d/p5-style multi-node training)."
   type        = bool
-  default     = false
-}
-
-variable "network_interface_ids" {
-  description = "Slot -> pre-created (EFA) network interface id; see ../modules/efa_network."
-  type        = map(string)
-  default     = {}
+  default     = null
 }
 
 variable "root_volume_size" {
-  description = "Root volume size in GiB."
+  description = "Root volume size in GiB. null: 200."
   type        = number
-  default     = 200
+  default     = null
 }
 
+variable "root_volume_kms_key_id" {
+  description = "KMS key ARN for the root volumes. null: the account's default EBS key."
+  type        = string
+  default     = null
+}
+
+variable "metadata_hop_limit" {
+  description = "IMDSv2 hop limit. null: 1."
+  type        = number
+  default     = null
+}
+
+variable "monitoring" {
+  description = "Detailed CloudWatch monitoring. null: on."
+  type        = bool
+  default     = null
+}
+
+# --- network -------------------------------------------------------------------------------------------------------
 variable "subnet_id" {
   description = "Existing subnet (null: create a VPC)."
   type        = string
   default     = null
 }
 
+variable "vpc_cidr" {
+  description = "CIDR of the created VPC. null: 10.42.0.0/16."
+  type        = string
+  default     = null
+}
+
 variable "availability_zone" {
-  description = "AZ of the created subnet."
+  description = "Zone of the created subnet. null: the first zone that offers instance_type."
   type        = string
   default     = null
 }
@@ -123,6 +207,20 @@ variable "flow_log_destination_arn" {
   default     = null
 }
 
+# --- cost guard ----------------------------------------------------------------------------------------------------
+variable "autostop_down" {
+  description = "A host that powers itself off is stopped (\"stop\", the default) or terminated (\"terminate\"; required with spot)."
+  type        = string
+  default     = null
+}
+
+variable "expires_at" {
+  description = "RFC 3339 UTC expiry written as the tfcluster:expires tag (the CLI sets it from TTL, default 24 h). null: no tag."
+  type        = string
+  default     = null
+}
+
+# --- IAM -----------------------------------------------------------------------------------------------------------
 variable "checkpoint_s3" {
   description = "Checkpoint location the hosts may use: { bucket = \"...\", prefix = \"...\" }."
   type = object({
@@ -132,8 +230,14 @@ variable "checkpoint_s3" {
   default = null
 }
 
-variable "tags" {
-  description = "Default tags for every resource (provider default_tags)."
-  type        = map(string)
-  default     = { project = "tfcluster" }
+variable "create_instance_profile" {
+  description = "Create an IAM role and instance profile for the hosts. null: yes."
+  type        = bool
+  default     = null
+}
+
+variable "iam_instance_profile" {
+  description = "Existing instance profile name instead of creating one."
+  type        = string
+  default     = null
 }

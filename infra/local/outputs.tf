@@ -1,4 +1,4 @@
-# Same shape as the module's outputs; every slot is served from this machine: 127.0.0.1, base_port + slot ordinal,
+# Same names and shapes as infra/aws; every slot is served from this machine: 127.0.0.1, base_port + slot ordinal,
 # local connection. instance_id and instance_type stay those of the emulated instance.
 
 output "hosts" {
@@ -14,6 +14,16 @@ output "hosts" {
   ]
 }
 
+output "connect" {
+  description = "How the hosts are reached (public: hosts[].public_ip, which is 127.0.0.1 here)."
+  value       = module.cluster.connect
+}
+
+output "bastion" {
+  description = "Always null here."
+  value       = module.cluster.bastion
+}
+
 output "ssh_user" {
   description = "User that runs the local workers."
   value       = var.local_user
@@ -27,6 +37,36 @@ output "tf_port" {
 output "cluster_name" {
   description = "Cluster name (tfcluster:cluster tag value)."
   value       = module.cluster.cluster_name
+}
+
+output "region" {
+  description = "Region of the emulated endpoint."
+  value       = local.region
+}
+
+output "availability_zone" {
+  description = "Emulated availability zone of the hosts (one that offers instance_type in moto's data)."
+  value       = module.cluster.availability_zone
+}
+
+output "gpu_vendor" {
+  description = "GPU vendor of the emulated instance type."
+  value       = module.cluster.gpu_vendor
+}
+
+output "checkpoint_s3" {
+  description = "Always null here (no checkpoint bucket)."
+  value       = module.cluster.checkpoint_s3
+}
+
+output "autostop_down" {
+  description = "Shutdown behaviour of the emulated instances (autostop does not apply to local slots)."
+  value       = module.cluster.autostop_down
+}
+
+output "expires_at" {
+  description = "The tfcluster:expires tag value of the emulated instances, or null."
+  value       = module.cluster.expires_at
 }
 
 output "emulated_hosts" {

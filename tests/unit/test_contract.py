@@ -6,7 +6,8 @@ Jinja, unit templates and host scripts — and fails where a shared name is writ
 * YAML and Jinja read names through ``lookup('tfcluster.cluster.contract', NAME)``: no literal tag key, model-dir
   file name, env name or port, and no literal exit status in a unit; every looked-up NAME exists.
 * HCL holds the one declared copy, in infra/modules/gpu_cluster (``locals { tag_keys }``, ``task_order``, the
-  tf_port default and the cluster name pattern) and infra/local's base_port: each is compared with the contract.
+  tf_port default, the cluster name and SSH user patterns, the connect modes) and infra/local's base_port: each is
+  compared with the contract.
 
 ``test_a_change_in_one_place_is_caught`` makes such one-place changes in a copy and shows the scan catches each.
 """
@@ -190,8 +191,12 @@ def hcl_findings(root: Path, files: Iterable[str]) -> list[str]:
     variables = (root / VARIABLES_TF).read_text()
     if _default(variables, "tf_port") != str(contract.TF_PORT):
         found.append(f"{VARIABLES_TF}: tf_port default != contract.TF_PORT {contract.TF_PORT}")
-    if f'"^{contract.NAME_RULES["cluster"].pattern}$"' not in _block(variables, 'variable "cluster_name"'):
-        found.append(f"{VARIABLES_TF}: the cluster_name pattern != contract.NAME_RULES['cluster']")
+    for variable, kind in (("cluster_name", "cluster"), ("ssh_user", "ssh_user")):
+        if f'"^{contract.NAME_RULES[kind].pattern}$"' not in _block(variables, f'variable "{variable}"'):
+            found.append(f"{VARIABLES_TF}: the {variable} pattern != contract.NAME_RULES[{kind!r}]")
+    modes = re.search(r"contains\(\[([^\]]*)\],\s*var\.connect\)", _block(variables, 'variable "connect"'))
+    if modes is None or tuple(re.findall(r'"(\w+)"', modes.group(1))) != contract.CONNECT_MODES:
+        found.append(f"{VARIABLES_TF}: the connect modes != contract.CONNECT_MODES {contract.CONNECT_MODES}")
     if _default((root / LOCAL_VARIABLES_TF).read_text(), "base_port") != str(contract.LOCAL_BASE_PORT):
         found.append(f"{LOCAL_VARIABLES_TF}: base_port default != contract.LOCAL_BASE_PORT")
     declared_block = _block(module, "tag_keys = {")

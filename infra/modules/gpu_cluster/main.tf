@@ -1,9 +1,14 @@
 locals {
-  # The contract with the inventory (inventory/tfcluster.py, EC2 source): written here and nowhere else.
+  # The contract with the inventory (aws source) and the cost guard: the EC2 tag keys, written in HCL only here.
+  # tfcluster/contract.py TAG_KEYS is the definition; tests/unit/test_contract.py proves this copy equal to it.
   tag_keys = {
     cluster    = "tfcluster:cluster"
     task_type  = "tfcluster:task_type"
     task_index = "tfcluster:task_index"
+    port       = "tfcluster:port"
+    gpus       = "tfcluster:gpus"
+    ssh_user   = "tfcluster:ssh_user"
+    expires    = "tfcluster:expires"
   }
 
   # Slot order of the hosts output: chief, ps, worker, evaluator, then index. Never launch order.
@@ -16,48 +21,75 @@ locals {
   slots = { for s in local.slot_list : s.name => s }
 
   common_tags = merge(var.tags, { (local.tag_keys.cluster) = var.cluster_name })
+  # What every host says about itself (the aws inventory source reads these); expires only when expires_at is set.
+  host_tags = merge(local.common_tags, {
+    (local.tag_keys.port)     = tostring(var.tf_port)
+    (local.tag_keys.gpus)     = tostring(local.gpus)
+    (local.tag_keys.ssh_user) = var.ssh_user
+    }, var.expires_at == null ? {} : {
+    (local.tag_keys.expires) = var.expires_at
+  })
   slot_tags = {
-    for name, s in local.slots : name => merge(local.common_tags, {
+    for name, s in local.slots : name => merge(local.host_tags, {
       Name                        = "${var.cluster_name}-${name}"
       (local.tag_keys.task_type)  = s.task_type
       (local.tag_keys.task_index) = tostring(s.task_index)
     })
   }
 
-  # GPUs per instance of the common GPU types; an unknown GPU type counts 1, override with gpus_per_instance.
-  gpu_counts = {
-    "p3.2xlarge"    = 1
-    "p3.8xlarge"    = 4
-    "p3.16xlarge"   = 8
-    "p3dn.24xlarge" = 8
-    "p4d.24xlarge"  = 8
-    "p4de.24xlarge" = 8
-    "p5.4xlarge"    = 1
-    "p5.48xlarge"   = 8
-    "p5e.48xlarge"  = 8
-    "p5en.48xlarge" = 8
-    "g4dn.12xlarge" = 4
-    "g4dn.metal"    = 8
-    "g5.12xlarge"   = 4
-    "g5.24xlarge"   = 4
-    "g5.48xlarge"   = 8
-    "g6.12xlarge"   = 4
-    "g6.24xlarge"   = 4
-    "g6.48xlarge"   = 8
-    "g6e.12xlarge"  = 4
-    "g6e.24xlarge"  = 4
-    "g6e.48xlarge"  = 8
+  # GPUs: the module counts NVIDIA GPUs only (what CUDA, NCCL and the driver role can use). g4ad carries AMD
+  # Radeon GPUs: 0 here, gpu_vendor "amd". Types missing from the table count 1; override with gpus_per_instance.
+  nvidia_gpu_counts = {
+    "p2.8xlarge"         = 8
+    "p2.16xlarge"        = 16
+    "p3.8xlarge"         = 4
+    "p3.16xlarge"        = 8
+    "p3dn.24xlarge"      = 8
+    "p4d.24xlarge"       = 8
+    "p4de.24xlarge"      = 8
+    "p5.48xlarge"        = 8
+    "p5e.48xlarge"       = 8
+    "p5en.48xlarge"      = 8
+    "p6-b200.48xlarge"   = 8
+    "p6-b300.48xlarge"   = 8
+    "p6e-gb200.36xlarge" = 4
+    "g4dn.12xlarge"      = 4
+    "g4dn.metal"         = 8
+    "g5.12xlarge"        = 4
+    "g5.24xlarge"        = 4
+    "g5.48xlarge"        = 8
+    "g5g.16xlarge"       = 2
+    "g5g.metal"          = 2
+    "g6.12xlarge"        = 4
+    "g6.24xlarge"        = 4
+    "g6.48xlarge"        = 8
+    "g6e.12xlarge"       = 4
+    "g6e.24xlarge"       = 4
+    "g6e.48xlarge"       = 8
   }
-  is_gpu_type = can(regex("^(p2|p3|p3dn|p4d|p4de|p5|p5e|p5en|p6-b200|g4dn|g4ad|g5|g5g|g6|g6e|g6f|gr6|gr6f)\\.", var.instance_type))
-  gpus        = coalesce(var.gpus_per_instance, lookup(local.gpu_counts, var.instance_type, local.is_gpu_type ? 1 : 0))
+  gpu_family_pattern = "^(p2|p3|p3dn|p4d|p4de|p5|p5e|p5en|p6-b200|p6-b300|p6e-gb200|g4dn|g4ad|g5|g5g|g6|g6e|g6f|gr6|gr6f)\\."
+  gpu_vendor         = !can(regex(local.gpu_family_pattern, var.instance_type)) ? "none" : startswith(var.instance_type, "g4ad.") ? "amd" : "nvidia"
+  gpus               = coalesce(var.gpus_per_instance, local.gpu_vendor == "nvidia" ? lookup(local.nvidia_gpu_counts, var.instance_type, 1) : 0)
 
-  ami_id     = coalesce(var.ami_id, try(data.aws_ami.deep_learning[0].id, null))
-  key_name   = var.public_key != null ? aws_key_pair.this[0].key_name : var.key_name
-  subnet_id  = var.subnet_id != null ? var.subnet_id : aws_subnet.this[0].id
-  vpc_id     = var.subnet_id != null ? data.aws_subnet.existing[0].vpc_id : aws_vpc.this[0].id
-  placement  = var.placement_group ? aws_placement_group.this[0].name : null
-  ondemand   = var.spot.enabled ? {} : local.slots
-  spot_slots = var.spot.enabled ? local.slots : {}
+  # AMI lookup: Graviton types (a "g" after the generation digit: g5g, c7g, m6gd, p6e-gb200) are arm64 and use the
+  # arm64 Deep Learning AMI, which has its own name; everything else the x86_64 one.
+  architecture = can(regex("^(a1|[a-z]+[0-9]+[a-z-]*g[a-z0-9]*)\\.", var.instance_type)) ? "arm64" : "x86_64"
+  ami_names = {
+    x86_64 = "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *"
+    arm64  = "Deep Learning ARM64 Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *"
+  }
+  ami_name_filter = coalesce(var.ami_name_filter, local.ami_names[local.architecture])
+  ami_id          = coalesce(var.ami_id, try(data.aws_ami.deep_learning[0].id, null))
+
+  key_name  = var.public_key != null ? aws_key_pair.this[0].key_name : var.key_name
+  subnet_id = var.subnet_id != null ? var.subnet_id : aws_subnet.this[0].id
+  vpc_id    = var.subnet_id != null ? data.aws_subnet.existing[0].vpc_id : aws_vpc.this[0].id
+  placement = var.placement_group ? aws_placement_group.this[0].name : null
+  # A created VPC routes to the internet through its gateway only: hosts there need a public IP for packages, even
+  # when they are reached by their private IP. An existing subnet brings its own NAT or endpoints.
+  public_ip  = coalesce(var.associate_public_ip, var.connect == "public" || var.subnet_id == null)
+  ondemand   = var.launch_instances && !var.spot.enabled ? local.slots : {}
+  spot_slots = var.launch_instances && var.spot.enabled ? local.slots : {}
 
   # One normalised view of the hosts, whichever resource launched them.
   instances = merge(
@@ -73,11 +105,11 @@ data "aws_ami" "deep_learning" {
 
   filter {
     name   = "name"
-    values = [var.ami_name_filter]
+    values = [local.ami_name_filter]
   }
   filter {
     name   = "architecture"
-    values = [can(regex("^(g5g|p6e)", var.instance_type)) ? "arm64" : "x86_64"]
+    values = [local.architecture]
   }
   filter {
     name   = "state"
@@ -100,28 +132,21 @@ resource "aws_placement_group" "this" {
 }
 
 resource "aws_instance" "this" {
-  #checkov:skip=CKV_AWS_88:Public IPs are opt-out (associate_public_ip = false); they let Ansible reach hosts from allowed_ssh_cidrs without a bastion.
+  #checkov:skip=CKV_AWS_88:Public IPs follow connect (public) or a created VPC without NAT (egress for packages); SSH stays limited to allowed_ssh_cidrs.
   for_each = local.ondemand
 
-  ami                         = local.ami_id
-  instance_type               = var.instance_type
-  key_name                    = local.key_name
-  subnet_id                   = contains(keys(var.network_interface_ids), each.key) ? null : local.subnet_id
-  vpc_security_group_ids      = contains(keys(var.network_interface_ids), each.key) ? null : [aws_security_group.this.id]
-  associate_public_ip_address = contains(keys(var.network_interface_ids), each.key) ? null : var.associate_public_ip
-  placement_group             = local.placement
-  iam_instance_profile        = local.instance_profile
-  monitoring                  = var.monitoring
-  ebs_optimized               = true
-  user_data                   = var.user_data
-
-  dynamic "network_interface" {
-    for_each = contains(keys(var.network_interface_ids), each.key) ? [var.network_interface_ids[each.key]] : []
-    content {
-      network_interface_id = network_interface.value
-      device_index         = 0
-    }
-  }
+  ami                                  = local.ami_id
+  instance_type                        = var.instance_type
+  key_name                             = local.key_name
+  subnet_id                            = local.subnet_id
+  vpc_security_group_ids               = [aws_security_group.this.id]
+  associate_public_ip_address          = local.public_ip
+  placement_group                      = local.placement
+  iam_instance_profile                 = local.instance_profile
+  monitoring                           = var.monitoring
+  ebs_optimized                        = true
+  user_data                            = var.user_data
+  instance_initiated_shutdown_behavior = var.autostop_down
 
   metadata_options {
     http_endpoint               = "enabled"
@@ -139,42 +164,28 @@ resource "aws_instance" "this" {
 
   volume_tags = local.slot_tags[each.key]
   tags        = local.slot_tags[each.key]
-
-  lifecycle {
-    precondition {
-      condition     = alltrue([for k in keys(var.network_interface_ids) : contains(keys(local.slots), k)])
-      error_message = "network_interface_ids has keys that are not slots of this cluster. Fix: use slot names such as \"worker-0\" (one per host)."
-    }
-  }
 }
 
 resource "aws_spot_instance_request" "this" {
-  #checkov:skip=CKV_AWS_88:Public IPs are opt-out (associate_public_ip = false); they let Ansible reach hosts from allowed_ssh_cidrs without a bastion.
+  #checkov:skip=CKV_AWS_88:Public IPs follow connect (public) or a created VPC without NAT (egress for packages); SSH stays limited to allowed_ssh_cidrs.
   for_each = local.spot_slots
 
   spot_type            = "one-time"
   spot_price           = var.spot.max_price
   wait_for_fulfillment = true
 
-  ami                         = local.ami_id
-  instance_type               = var.instance_type
-  key_name                    = local.key_name
-  subnet_id                   = contains(keys(var.network_interface_ids), each.key) ? null : local.subnet_id
-  vpc_security_group_ids      = contains(keys(var.network_interface_ids), each.key) ? null : [aws_security_group.this.id]
-  associate_public_ip_address = contains(keys(var.network_interface_ids), each.key) ? null : var.associate_public_ip
-  placement_group             = local.placement
-  iam_instance_profile        = local.instance_profile
-  monitoring                  = var.monitoring
-  ebs_optimized               = true
-  user_data                   = var.user_data
-
-  dynamic "network_interface" {
-    for_each = contains(keys(var.network_interface_ids), each.key) ? [var.network_interface_ids[each.key]] : []
-    content {
-      network_interface_id = network_interface.value
-      device_index         = 0
-    }
-  }
+  ami                                  = local.ami_id
+  instance_type                        = var.instance_type
+  key_name                             = local.key_name
+  subnet_id                            = local.subnet_id
+  vpc_security_group_ids               = [aws_security_group.this.id]
+  associate_public_ip_address          = local.public_ip
+  placement_group                      = local.placement
+  iam_instance_profile                 = local.instance_profile
+  monitoring                           = var.monitoring
+  ebs_optimized                        = true
+  user_data                            = var.user_data
+  instance_initiated_shutdown_behavior = var.autostop_down # "terminate": var.autostop_down refuses "stop" with spot
 
   metadata_options {
     http_endpoint               = "enabled"

@@ -34,9 +34,15 @@ resource "aws_subnet" "this" {
   count                   = var.subnet_id == null ? 1 : 0
   vpc_id                  = aws_vpc.this[0].id
   cidr_block              = cidrsubnet(var.vpc_cidr, 8, 0)
-  availability_zone       = var.availability_zone
+  availability_zone       = local.availability_zone # zones.tf: a zone that offers instance_type
   map_public_ip_on_launch = false
   tags                    = merge(local.common_tags, { Name = "${var.cluster_name}-hosts" })
+
+  lifecycle {
+    # The zone is chosen once, at creation. When offerings change later (or availability_zone is edited), a running
+    # cluster is not replaced: destroy and provision again to move it.
+    ignore_changes = [availability_zone]
+  }
 }
 
 resource "aws_internet_gateway" "this" {
@@ -64,7 +70,8 @@ resource "aws_route_table_association" "this" {
   route_table_id = aws_route_table.this[0].id
 }
 
-# SSH only from allowed_ssh_cidrs; the training port only between members of this group.
+# SSH only from allowed_ssh_cidrs; the training port (and, on GPU hosts, NCCL's ports) only between members of this
+# group. Every configuration creates this group, so it also carries the plan-time checks that span the whole cluster.
 resource "aws_security_group" "this" {
   name_prefix = "${var.cluster_name}-"
   description = "tfcluster ${var.cluster_name}: SSH from allowed CIDRs, TensorFlow gRPC within the group"
@@ -73,6 +80,11 @@ resource "aws_security_group" "this" {
 
   lifecycle {
     create_before_destroy = true
+
+    precondition {
+      condition     = local.zone_problem == null
+      error_message = coalesce(local.zone_problem, "-")
+    }
   }
 }
 
@@ -105,6 +117,35 @@ resource "aws_security_group_rule" "training_out" {
   protocol          = "tcp"
   from_port         = var.tf_port
   to_port           = var.tf_port
+  self              = true
+}
+
+# NCCL (the all-reduce of GPU jobs) opens its own TCP ports between hosts, beyond tf_port: on GPU hosts the members
+# may reach each other on every TCP port. CPU-only clusters keep to tf_port. EFA needs every protocol (its SRD
+# traffic is not TCP): with efa = true the same rules admit all traffic between members.
+locals {
+  member_rule = var.efa ? { protocol = "-1", from_port = 0, to_port = 0, what = "all traffic" } : { protocol = "tcp", from_port = 0, to_port = 65535, what = "all TCP" }
+}
+
+resource "aws_security_group_rule" "nccl_in" {
+  count             = local.gpus > 0 ? 1 : 0
+  description       = "NCCL${var.efa ? "/EFA" : ""}: ${local.member_rule.what} from cluster members (GPU hosts only)"
+  type              = "ingress"
+  security_group_id = aws_security_group.this.id
+  protocol          = local.member_rule.protocol
+  from_port         = local.member_rule.from_port
+  to_port           = local.member_rule.to_port
+  self              = true
+}
+
+resource "aws_security_group_rule" "nccl_out" {
+  count             = local.gpus > 0 ? 1 : 0
+  description       = "NCCL${var.efa ? "/EFA" : ""}: ${local.member_rule.what} to cluster members (GPU hosts only)"
+  type              = "egress"
+  security_group_id = aws_security_group.this.id
+  protocol          = local.member_rule.protocol
+  from_port         = local.member_rule.from_port
+  to_port           = local.member_rule.to_port
   self              = true
 }
 

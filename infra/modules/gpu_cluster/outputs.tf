@@ -17,6 +17,16 @@ output "hosts" {
   ]
 }
 
+output "connect" {
+  description = "How the control machine reaches the hosts: public (hosts[].public_ip), private (hosts[].private_ip) or bastion (hosts[].private_ip through the bastion output)."
+  value       = var.connect
+}
+
+output "bastion" {
+  description = "The jump host { address, user, port } when connect = \"bastion\"; null otherwise."
+  value       = var.connect == "bastion" ? var.bastion : null
+}
+
 output "ssh_user" {
   description = "Login user of the hosts."
   value       = var.ssh_user
@@ -27,14 +37,49 @@ output "tf_port" {
   value       = var.tf_port
 }
 
+output "gpus" {
+  description = "NVIDIA GPUs per host (the same number as hosts[].gpus and the tfcluster:gpus tag)."
+  value       = local.gpus
+}
+
+output "gpu_vendor" {
+  description = "GPU vendor of instance_type: nvidia, amd (g4ad: gpus is 0, no NVIDIA driver or NCCL) or none."
+  value       = local.gpu_vendor
+}
+
 output "cluster_name" {
   description = "Cluster name (value of the tfcluster:cluster tag)."
   value       = var.cluster_name
 }
 
 output "tag_keys" {
-  description = "Tag keys the module writes on every instance: cluster, task_type, task_index."
+  description = "Tag keys the module writes on every instance: cluster, task_type, task_index, port, gpus, ssh_user, expires."
   value       = local.tag_keys
+}
+
+output "autostop_down" {
+  description = "What a host that powers itself off becomes: stop or terminate (its instance_initiated_shutdown_behavior)."
+  value       = var.autostop_down
+}
+
+output "expires_at" {
+  description = "The tfcluster:expires tag value (RFC 3339 UTC), or null."
+  value       = var.expires_at
+}
+
+output "checkpoint_s3" {
+  description = "s3://BUCKET/PREFIX the hosts may read and write checkpoints under, or null."
+  value       = var.checkpoint_s3 == null ? null : "s3://${var.checkpoint_s3.bucket}/${var.checkpoint_s3.prefix}"
+}
+
+output "availability_zone" {
+  description = "Availability zone of the hosts (asked for, of the existing subnet, or the first that offered instance_type when the subnet was created)."
+  value       = local.host_zone
+}
+
+output "offering_zones" {
+  description = "Availability zones of the region that offer instance_type, sorted."
+  value       = local.offering_zones
 }
 
 output "security_group_id" {
@@ -57,6 +102,11 @@ output "ami_id" {
   value       = local.ami_id
 }
 
+output "ami_lookup" {
+  description = "The AMI lookup used when ami_id is null: { name, architecture, owners }; null when ami_id is given."
+  value       = var.ami_id == null ? { name = local.ami_name_filter, architecture = local.architecture, owners = var.ami_owners } : null
+}
+
 output "placement_group" {
   description = "Name of the cluster placement group, or null."
   value       = try(aws_placement_group.this[0].name, null)
@@ -65,4 +115,23 @@ output "placement_group" {
 output "instance_profile" {
   description = "Instance profile attached to the hosts, or null."
   value       = local.instance_profile
+}
+
+output "launch" {
+  description = "What a root needs to launch the hosts itself (launch_instances = false): ami_id, instance_type, key_name, subnet_id, security_group_ids, placement_group, iam_instance_profile, user_data, shutdown_behavior, monitoring, metadata_hop_limit, root_volume { size, kms_key_id } and slot_tags (slot name -> tags)."
+  value = {
+    ami_id               = local.ami_id
+    instance_type        = var.instance_type
+    key_name             = local.key_name
+    subnet_id            = local.subnet_id
+    security_group_ids   = [aws_security_group.this.id]
+    placement_group      = local.placement
+    iam_instance_profile = local.instance_profile
+    user_data            = var.user_data
+    shutdown_behavior    = var.autostop_down
+    monitoring           = var.monitoring
+    metadata_hop_limit   = var.metadata_hop_limit
+    root_volume          = { size = var.root_volume_size, kms_key_id = var.root_volume_kms_key_id }
+    slot_tags            = local.slot_tags
+  }
 }

