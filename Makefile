@@ -21,6 +21,10 @@ EPOCHS   ?=## override the trainer's epoch count
 MAX_DURATION ?=## job deadline, e.g. 4h: every task saves a backup and stops; a re-run resumes
 VERBOSE  ?=## 1: show Terraform's and Ansible's whole output (always in artifacts/<cluster>/<job>/logs/)
 AUTO_APPROVE ?=## set to 1 to apply/destroy on AWS without the confirmation prompt
+IDLE     ?=## autostop: idle time before a host powers itself off: 10 (minutes), 30m, 2h, off
+MODE     ?=## autostop: jobs | jobs_and_ssh (an SSH login keeps a host up too)
+DOWN     ?=## CLUSTER=aws: 1 an idle host terminates instead of stopping (provision, autostop)
+TTL      ?=## CLUSTER=aws: cluster lifetime in the tfcluster:expires tag (default 24h; off)
 FORCE    ?=## destroy: 1 destroys even when a finished job was never collected
 YES      ?=## clean-artifacts: 1 deletes without asking
 HOST     ?=## logs: the host whose job log to follow (default the chief)
@@ -28,7 +32,7 @@ PYTEST_ARGS ?=## extra pytest arguments, e.g. -k inventory
 ANSIBLE_ARGS ?=## extra ansible-playbook arguments (trusted), e.g. -e tf_job_stall_timeout=120
 WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tfcluster.wheelhouse)
 export CLUSTER WORKERS JOB STRATEGY HOSTS SCRIPT SCRIPT_ARGS SCRIPT_REQUIREMENTS KERAS TRAINER_ARGS EPOCHS
-export MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE YES
+export MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE YES IDLE MODE DOWN TTL
 
 VENV := .venv
 PY   := $(VENV)/bin/python
@@ -73,6 +77,14 @@ logs: setup ## Follow the chief's job log live (HOST=name: that host's); ends wi
 .PHONY: stop
 stop: setup ## Stop every task of the job
 	$(TFC) stop
+
+.PHONY: autostop
+autostop: setup ## Change a running cluster's idle autostop: IDLE=10|30m|off [MODE=jobs_and_ssh] [DOWN=1]
+	$(TFC) autostop
+
+.PHONY: clusters
+clusters: setup ## Every tfcluster cluster in the region (EC2 tags): age, instances, state, expiry, est. $/hour
+	$(TFC) clusters
 
 .PHONY: destroy
 destroy: setup ## Tear the machines down (checks that no tagged instance is left)

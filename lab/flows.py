@@ -21,7 +21,7 @@ from pathlib import Path
 
 from lab import Lab
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.prefix) / "bin"
 ANSIBLE_PLAYBOOK = VENV_BIN / "ansible-playbook"
 INVENTORY = REPO / "inventory" / "tfcluster.py"
@@ -60,11 +60,14 @@ Started = tuple[subprocess.Popen[str], Path, list[str], float]
 
 def render_hosts_file(lab: Lab, slots: Sequence[tuple[str, str, int]], cluster_name: str,
                       extra: Sequence[Mapping[str, object]] = (), port: int = TRAIN_PORT) -> str:
-    """An on-prem host file (inventory static source) that gives lab hosts the slots a flow needs."""
+    """An on-prem host file (inventory static source) that gives lab hosts the slots a flow needs, with each host's
+    SSH host key (`host_keys`, as a user copies it from the host)."""
     lines = [f"# Flow host file for lab {lab.paths.lab!r} (lab/flows.py)", f"cluster_name: {cluster_name}",
              "hosts:"]
+    keys = lab.host_keys()
     entries: list[Mapping[str, object]] = [
-        {"name": name, "address": lab.host(name).address, "task_type": task_type, "task_index": index}
+        {"name": name, "address": lab.host(name).address, "task_type": task_type, "task_index": index,
+         "host_keys": [" ".join(keys[name].split()[:2])]}
         for name, task_type, index in slots]
     for entry in [*entries, *extra]:
         full = {"ssh_user": "root", "ssh_port": 22, "port": port, "gpus": 0, **entry}

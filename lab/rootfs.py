@@ -8,7 +8,8 @@ import os
 import time
 from pathlib import Path
 
-from lab.config import SSHD_CONFIG, LabError
+from lab.config import LabError
+from lab.render import SSHD_CONFIG
 from lab.system import remove_tree, run
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,7 @@ FORMAT = 1  # bump when the post-processing below changes: a cached rootfs with 
 # and the small tools the playbooks and tests use on a host.
 PACKAGES: tuple[str, ...] = (
     "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv", "python3-apt",
-    "iproute2", "iputils-ping", "sudo", "procps", "rsync", "pciutils", "ca-certificates",
+    "iproute2", "iputils-ping", "sudo", "procps", "rsync", "pciutils", "ca-certificates", "nftables",
 )
 STAMP = ".tfcluster-lab-rootfs.json"
 # Timers that would try to reach the network or churn the disk during tests.

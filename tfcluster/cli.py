@@ -196,7 +196,7 @@ def cmd_train(cmd: Command) -> int:
         write_ledger(cmd.job_dir, cmd.s, cmd.view)
     if code != 0:
         return EXIT_FAILED
-    for text in job_summary(cmd.job_dir):
+    for text in [*job_summary(cmd.job_dir), *still_running(cmd.s)]:
         cmd.say(text)
     return EXIT_OK
 
@@ -214,6 +214,67 @@ def cmd_stop(cmd: Command) -> int:
 
 def cmd_status(cmd: Command) -> int:
     return EXIT_OK if cmd.playbook("status.yml", "status") == 0 else EXIT_FAILED
+
+
+def ec2_for(settings: Settings) -> Any:
+    """An EC2 client for the cluster's region: the emulated endpoint for CLUSTER=local, else AWS (the region of
+    the applied root, else AWS_REGION / AWS_DEFAULT_REGION / the profile's)."""
+    import boto3
+
+    from tfcluster import localaws
+
+    if settings.cluster == "local":
+        endpoint = localaws.running(localaws.state_dir())
+        if endpoint is None:
+            raise CommandError("the emulated AWS endpoint is not running: no local cluster exists. Fix: `make "
+                               "provision` (CLUSTER=local)")
+        return localaws.ec2_client(endpoint.url)
+    from tfcluster import provision_aws, terraform
+
+    tf_dir = settings.tf_dir or paths.REPO_ROOT / "infra" / "aws"
+    region = provision_aws.outputs(tf_dir, terraform.terraform_env(cluster="aws")).get("region") if \
+        (tf_dir / "terraform.tfstate").is_file() else None
+    return boto3.session.Session().client("ec2", region_name=region or os.environ.get("AWS_REGION") or None)
+
+
+def still_running(settings: Settings) -> list[str]:
+    """The end of `make train`: what of the cluster is still running, its cost per hour, how to tear it down."""
+    if settings.cluster == "onprem":
+        return []
+    if settings.cluster == "local":
+        return [f"still running: the emulated cluster {settings.cluster_name} (no cost: it exists only in moto). "
+                f"Tear it down: make destroy CLUSTER=local"]
+    from tfcluster import clusters
+
+    try:
+        return clusters.running_summary(ec2_for(settings), settings.cluster_name).splitlines()
+    except Exception as exc:  # the summary must never turn a finished job into a failure
+        return [f"could not list what is still running ({type(exc).__name__}: {exc}). Check: make clusters "
+                "CLUSTER=aws"]
+
+
+def cmd_clusters(cmd: Command) -> int:
+    from tfcluster import clusters
+
+    for text in clusters.clusters_report(ec2_for(cmd.s)).splitlines():
+        cmd.say(text)
+    return EXIT_OK
+
+
+def cmd_autostop(cmd: Command) -> int:
+    """make autostop IDLE=10|30m|off [MODE=jobs_and_ssh] [DOWN=1|0]: change a running cluster."""
+    if not cmd.s.autostop and cmd.s.down is None:
+        raise CommandError("nothing to change. Fix: make autostop IDLE=30m (or IDLE=off), MODE=jobs_and_ssh to let "
+                           "an SSH login keep a host up, DOWN=1 (aws) to terminate instead of stop")
+    if cmd.s.autostop and cmd.playbook("autostop.yml", "autostop", more_vars=cmd.s.autostop) != 0:
+        return EXIT_FAILED
+    if cmd.s.down is not None:
+        from tfcluster import clusters
+
+        changed = clusters.set_shutdown_behavior(ec2_for(cmd.s), cmd.s.cluster_name, cmd.s.down)
+        cmd.say(f"shutdown behaviour '{cmd.s.down}' on {len(changed)} instance(s): {' '.join(changed)}. Give "
+                f"`make provision DOWN={os.environ.get('DOWN')}` the same DOWN, or the next apply sets it back")
+    return EXIT_OK
 
 
 def cmd_provision(cmd: Command) -> int:
@@ -247,7 +308,6 @@ def cmd_demo(cmd: Command) -> int:
     if directory is not None and (directory / contract.METRICS).is_file():
         history = summary.load_metrics(directory).get("history") or {}
         cmd.say(f"plot:         {_rel(summary.write_plot(history, directory / summary.PLOT_NAME))}")
-    cmd.say(f"tear down: make destroy CLUSTER={cmd.s.cluster}")
     return EXIT_OK
 
 
@@ -320,6 +380,8 @@ COMMANDS: dict[str, tuple[Callable[[Command], int], str]] = {
     "plan": (cmd_plan, "the Terraform plan and every planned host's TF_CONFIG"),
     "destroy": (cmd_destroy, "tear the machines down"),
     "demo": (cmd_demo, "provision the local cluster, train, collect, summary and plot"),
+    "clusters": (cmd_clusters, "every tfcluster cluster of the region: age, instances, expiry, estimated $/hour"),
+    "autostop": (cmd_autostop, "change a running cluster's idle autostop (IDLE, MODE, DOWN)"),
     "prune": (cmd_prune, "remove the older verified copies of JOB (current stays)"),
     "clean-artifacts": (cmd_clean_artifacts, "delete every collected artifact (asks first)"),
 }

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tfcluster import contract
 from tfcluster.contract import Problem
-from tfcluster.duration import DurationError, parse_duration
+from tfcluster.duration import DurationError, SettingError, autostop_vars, parse_duration
 from tfcluster.paths import REPO_ROOT
 
 CLUSTERS: tuple[str, ...] = ("local", "aws", "onprem")
@@ -44,6 +44,9 @@ class Settings:
     trainer_args: tuple[str, ...] = ()
     epochs: int | None = None
     max_duration: int | None = None  # seconds
+    autostop: dict[str, object] = field(default_factory=dict)  # make autostop IDLE=... MODE=...: the role's vars
+    ttl: int | None = None  # TTL: seconds of the cluster's lifetime (None: off, or the default of the provision)
+    down: str | None = None  # DOWN=1: an idle AWS host terminates ("terminate"); DOWN=0: it stops ("stop")
     verbose: bool = False
     auto_approve: bool = False
     host: str | None = None  # make logs HOST=...
@@ -120,11 +123,28 @@ def load(env: Mapping[str, str]) -> Settings:
     host = env.get("HOST", "").strip() or None
     if host is not None and (problem := contract.name_problem("host", host, "HOST")):
         problems.append(problem)
-    max_duration = None
+    max_duration = ttl = None
     try:
         max_duration = parse_duration(env.get("MAX_DURATION", "").strip() or "off", "MAX_DURATION")
     except DurationError as exc:
         problems.append(exc.problem)
+    try:
+        ttl = parse_duration(env.get("TTL", "").strip() or "off", "TTL")
+    except DurationError as exc:
+        problems.append(exc.problem)
+    autostop: dict[str, object] = {}
+    if env.get("IDLE", "").strip():
+        try:
+            autostop = autostop_vars(env["IDLE"], env.get("MODE", "").strip() or None)
+        except SettingError as exc:
+            problems.append(exc.problem)
+    down = {"": None, "1": "terminate", "0": "stop"}.get(env.get("DOWN", "").strip(), "?")
+    if down == "?":
+        problems.append(Problem("DOWN", f"{env['DOWN']!r} is neither 1 nor 0",
+                                "DOWN=1: an idle AWS host is terminated; DOWN=0: it is stopped (the default)"))
+    elif down is not None and cluster != "aws":
+        problems.append(Problem("DOWN", f"only CLUSTER=aws hosts can be stopped or terminated, not {cluster}",
+                                "use DOWN with CLUSTER=aws, or leave it out"))
     script = _path(env, "SCRIPT", problems)
     if script is not None and not (script.is_dir() or script.suffix == ".py"):
         problems.append(Problem("SCRIPT", f"{script} is neither a .py file nor a package directory",
@@ -142,6 +162,9 @@ def load(env: Mapping[str, str]) -> Settings:
         trainer_args=_words(env, "TRAINER_ARGS", problems),
         epochs=_int(env, "EPOCHS", 1, problems),
         max_duration=max_duration,
+        autostop=autostop,
+        ttl=ttl,
+        down=down if down != "?" else None,
         verbose=_flag(env, "VERBOSE"),
         auto_approve=_flag(env, "AUTO_APPROVE"),
         host=host,

@@ -31,6 +31,11 @@ def test_defaults_are_the_demo() -> None:
     ({"STRATEGY": "horovod"}, "STRATEGY: 'horovod' is not one of auto"),
     ({"SCRIPT_ARGS": "--name 'unbalanced"}, "SCRIPT_ARGS: cannot be split into arguments"),
     ({"MAX_DURATION": "4"}, "MAX_DURATION: '4' is not a duration"),
+    ({"TTL": "1 day"}, "TTL: '1 day' is not a duration"),
+    ({"IDLE": "soon"}, "IDLE: 'soon' is not a duration"),
+    ({"IDLE": "10", "MODE": "always"}, "MODE: 'always' is not an autostop mode"),
+    ({"DOWN": "yes", "CLUSTER": "aws"}, "DOWN: 'yes' is neither 1 nor 0"),
+    ({"DOWN": "1"}, "DOWN: only CLUSTER=aws hosts can be stopped or terminated, not local"),
     ({"TFCLUSTER_CLUSTER": "Bad_Name"}, "TFCLUSTER_CLUSTER: 'Bad_Name' is not a valid cluster name"),
     ({"HOST": "w 1"}, "HOST: 'w 1' is not a valid host name"),
     ({"KERAS": "2"}, "KERAS: '2' is not one of legacy, 3"),
@@ -39,6 +44,12 @@ def test_every_bad_setting_is_named_with_a_fix(env: dict[str, str], line: str) -
     with pytest.raises(settings.SettingsError) as caught:
         load(**env)
     assert any(str(p).startswith(line) for p in caught.value.problems), caught.value
+
+
+def test_autostop_settings_become_the_roles_vars() -> None:
+    assert load(IDLE="10").autostop == {"autostop_enabled": True, "autostop_idle_minutes": 10, "autostop_mode": "jobs"}
+    assert load(IDLE="off").autostop == {"autostop_enabled": False, "autostop_mode": "jobs"}
+    assert load(CLUSTER="aws", DOWN="1").down == "terminate"
 
 
 def test_all_problems_at_once() -> None:

@@ -179,7 +179,8 @@ def _default(text: str, variable: str) -> str | None:
     return match.group(1) if match else None
 
 
-def hcl_findings(root: Path, files: Iterable[str]) -> list[str]:
+def declared_copy_findings(root: Path) -> list[str]:
+    """The copies HCL must hold, each compared with the contract."""
     found = []
     module = (root / MODULE_TF).read_text()
     declared = dict(re.findall(r'^\s*(\w+)\s*=\s*"([^"]*)"', _block(module, "tag_keys = {"), re.M))
@@ -199,6 +200,12 @@ def hcl_findings(root: Path, files: Iterable[str]) -> list[str]:
         found.append(f"{VARIABLES_TF}: the connect modes != contract.CONNECT_MODES {contract.CONNECT_MODES}")
     if _default((root / LOCAL_VARIABLES_TF).read_text(), "base_port") != str(contract.LOCAL_BASE_PORT):
         found.append(f"{LOCAL_VARIABLES_TF}: base_port default != contract.LOCAL_BASE_PORT")
+    return found
+
+
+def hcl_findings(root: Path, files: Iterable[str]) -> list[str]:
+    found = declared_copy_findings(root)
+    module = (root / MODULE_TF).read_text()
     declared_block = _block(module, "tag_keys = {")
     for rel in files:
         if not rel.endswith(".tf"):
