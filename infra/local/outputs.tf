@@ -1,8 +1,10 @@
 # Same names and shapes as infra/aws; every slot is served from this machine: 127.0.0.1, base_port + slot ordinal,
-# local connection. instance_id and instance_type stay those of the emulated instance.
+# local connection, 0 declared GPUs (the emulated instance type's GPUs are not on this machine: a local slot uses
+# whatever this machine has, and the job's preflight asserts nothing). instance_id and instance_type stay those of
+# the emulated instance.
 
 output "hosts" {
-  description = "The module's hosts, sorted by slot, with address 127.0.0.1, port base_port + ordinal and connection local."
+  description = "The module's hosts, sorted by slot, with address 127.0.0.1, port base_port + ordinal, connection local and 0 GPUs."
   value = [
     for i, h in module.cluster.hosts : merge(h, {
       private_ip = "127.0.0.1"
@@ -10,6 +12,7 @@ output "hosts" {
       port       = var.base_port + i
       connection = "local"
       ssh_user   = var.local_user
+      gpus       = 0
     })
   ]
 }
