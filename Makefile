@@ -39,6 +39,9 @@ PY   := $(VENV)/bin/python
 TFC  := $(VENV)/bin/tfcluster
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# Terraform's provider source (docs/infra.md): CLUSTER=aws uses the public registry, CLUSTER=local the offline mirror
+# of aws 3.39 in .cache/terraform. Plain environment variables: TFCLUSTER_TF_MIRROR=1 (aws from the mirror: offline
+# development and the AWS twin test), TFCLUSTER_TF_REGISTRY=1 (local from the registry).
 
 ##@ The two commands
 .PHONY: demo
@@ -93,6 +96,10 @@ destroy: setup ## Tear the machines down (checks that no tagged instance is left
 .PHONY: prune-artifacts
 prune-artifacts: setup ## Remove the older verified copies of JOB (the current one stays)
 	$(TFC) prune
+
+.PHONY: tf-upgrade
+tf-upgrade: setup ## Upgrade the aws provider of infra/$(CLUSTER) to the newest allowed (terraform init -upgrade; new lock file)
+	$(TFC) tf-upgrade
 
 .PHONY: clean
 clean: ## Remove local job state (.cache/local); keeps artifacts, .venv and downloads

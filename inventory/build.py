@@ -159,6 +159,8 @@ def host_vars(host: Host) -> dict[str, Any]:
         out["ansible_user"] = host.ssh_user
     if host.ssh_port is not None:
         out["ansible_port"] = host.ssh_port
+    if host.instance_type is not None:
+        out["tfcluster_instance_type"] = host.instance_type
     return out
 
 

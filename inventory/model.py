@@ -37,6 +37,7 @@ class HostSpec:
     ssh_user: object = None
     ssh_port: object = None
     host_keys: object = None
+    instance_type: object = None
     address_field: str = "address"
     address_fix: str = ADDRESS_FIX
     tf_address_field: str = "tf_address"
@@ -57,6 +58,7 @@ class Host:
     ssh_user: str | None = None
     ssh_port: int | None = None
     host_keys: tuple[str, ...] = ()
+    instance_type: str | None = None  # the EC2 type (terraform and aws sources): the driver role reads it
 
     @property
     def slot(self) -> tuple[int, int]:

@@ -47,7 +47,7 @@ Environment variables:
 
 Output: groups tfcluster (every host) with children chief, ps, worker, evaluator (always present, maybe empty);
 host vars ansible_host, ansible_connection, ansible_user (when known), ansible_port (when known),
-tfcluster_task_type, tfcluster_task_index, tfcluster_port, tfcluster_address, tfcluster_gpus; group vars on
+tfcluster_task_type, tfcluster_task_index, tfcluster_port, tfcluster_address, tfcluster_gpus, tfcluster_instance_type (when known); group vars on
 tfcluster: tfcluster_cluster_spec, tfcluster_strategy, tfcluster_cluster_name, tfcluster_chief, tfcluster_all_gpus,
 and, when there are SSH options to give, ansible_ssh_common_args and ansible_host_key_checking. Every string
 variable is marked unsafe ({"__ansible_unsafe": ...}), so Ansible never templates what a host file, a tag or

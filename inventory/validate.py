@@ -6,6 +6,7 @@ This layer covers what only the inventory knows: slots, addresses, ports, names,
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from itertools import islice
@@ -14,6 +15,8 @@ from inventory.fields import address_problem, count_problem, is_int, optional_na
 from inventory.known_hosts import parse_host_keys
 from inventory.model import CONNECTIONS, Host, HostSpec
 from tfcluster.contract import TASK_TYPES, Problem, name_problem
+
+INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
 
 
 def _task_type(label: str, spec: HostSpec) -> Problem | None:
@@ -64,6 +67,9 @@ CHECKS: tuple[Callable[[str, HostSpec], Problem | None], ...] = (
     _connection,
     lambda label, s: optional_name_problem("ssh_user", f"{label}.ssh_user", s.ssh_user),
     lambda label, s: optional_name_problem("host", f"{label}.name", s.name),
+    lambda label, s: None if s.instance_type is None or (isinstance(s.instance_type, str) and INSTANCE_TYPE.fullmatch(
+        s.instance_type)) else Problem(f"{label}.instance_type", f"{s.instance_type!r} is not an EC2 instance type",
+                                       "give a type like g5.xlarge, or leave it out"),
 )
 
 
@@ -89,6 +95,7 @@ def _to_host(spec: HostSpec) -> Host:
         ssh_user=str(spec.ssh_user) if spec.ssh_user is not None else None,
         ssh_port=int(spec.ssh_port) if spec.ssh_port is not None else None,  # type: ignore[call-overload]
         host_keys=parse_host_keys("", spec.host_keys)[0],
+        instance_type=str(spec.instance_type) if spec.instance_type is not None else None,
     )
 
 

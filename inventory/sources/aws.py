@@ -44,6 +44,7 @@ def instance_spec(instance: Mapping[str, Any], default_port: int, mode: str = "p
         gpus=0 if gpus is None else gpus,
         connection="ssh",
         ssh_user=tags.get(TAG_KEYS["ssh_user"]),
+        instance_type=instance.get("InstanceType"),
         **pick_addresses(mode, public_ip, private_ip, "TFCLUSTER_CONNECT"),
     )
 

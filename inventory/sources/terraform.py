@@ -131,6 +131,7 @@ def _host_spec(i: int, entry: Mapping[str, Any], outputs: Mapping[str, Any], mod
         gpus=_pick(entry, outputs, "gpus", "", 0),
         connection=_pick(entry, outputs, "connection", "", "ssh"),
         ssh_user=_pick(entry, outputs, "ssh_user", "ssh_user", None),
+        instance_type=entry.get("instance_type"),
         **pick_addresses(mode, entry.get("public_ip"), entry.get("private_ip"), "connect"),
     )
     return spec, problems

@@ -118,6 +118,8 @@ OUTPUT_CASES: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [  # (id, 
                                               "local"),
     ("port", {"port": JINJA}, {}, f"{T}.port: port {Q} is not a whole number in 1..65535. Fix: give the training "
                                   "port, a whole number in 1..65535"),
+    ("instance_type", {"instance_type": JINJA}, {}, f"{T}.instance_type: {Q} is not an EC2 instance type. Fix: give a "
+                                                    "type like g5.xlarge, or leave it out"),
     ("output ssh_user", {}, {"ssh_user": JINJA}, f"{T}.ssh_user: {Q} is not a valid user name. Fix: {USER}"),
     ("output cluster_name", {}, {"cluster_name": JINJA}, f"terraform output cluster_name: {Q} is not a valid cluster "
                                                          f"name. Fix: {CLUSTER}"),
@@ -132,7 +134,7 @@ OUTPUT_CASES: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [  # (id, 
 def test_terraform_outputs(cli, tmp_path: Path, case: tuple[str, dict[str, Any], dict[str, Any], str]) -> None:
     _, host, outputs, expected = case
     entry = {"name": "worker-0", "task_type": "worker", "task_index": 0, "private_ip": "10.0.0.1",
-             "instance_id": JINJA, "instance_type": JINJA, **host}  # instance id/type are never passed on
+             "instance_id": JINJA, "instance_type": "g5.xlarge", **host}  # the instance id is never passed on
     wrapped = {k: {"value": v} for k, v in {"hosts": [entry], **outputs}.items()}
     env = {"TFCLUSTER_SOURCE": "terraform", "TFCLUSTER_TF_DIR": str(tmp_path)}
     assert _problems(cli, env, Injected(terraform_runner=runner_for(wrapped))) == [expected]

@@ -66,7 +66,7 @@ def test_terraform_aws_fixture_host_vars(tmp_path: Path) -> None:
     assert inv["_meta"]["hostvars"]["chief-0"] == {
         "ansible_host": "54.0.0.11", "ansible_connection": "ssh", "ansible_user": "ubuntu",
         "tfcluster_task_type": "chief", "tfcluster_task_index": 0, "tfcluster_port": 2222,
-        "tfcluster_address": "10.0.1.11:2222", "tfcluster_gpus": 1,
+        "tfcluster_address": "10.0.1.11:2222", "tfcluster_gpus": 1, "tfcluster_instance_type": "g5.xlarge",
     }
     # ps has no public IP: Ansible reaches it on its private IP.
     assert inv["_meta"]["hostvars"]["ps-0"]["ansible_host"] == "10.0.1.12"
