@@ -45,13 +45,13 @@ Environment variables:
     AWS_REGION, AWS_DEFAULT_REGION, AWS_PROFILE, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL(_EC2)
                          the aws source's usual boto3 settings.
 
-Output: groups tfcluster (every host) with children chief, ps, worker, evaluator (always present, maybe empty);
-host vars ansible_host, ansible_connection, ansible_user (when known), ansible_port (when known),
-tfcluster_task_type, tfcluster_task_index, tfcluster_port, tfcluster_address, tfcluster_gpus, tfcluster_instance_type (when known); group vars on
-tfcluster: tfcluster_cluster_spec, tfcluster_strategy, tfcluster_cluster_name, tfcluster_chief, tfcluster_all_gpus,
-and, when there are SSH options to give, ansible_ssh_common_args and ansible_host_key_checking. Every string
-variable is marked unsafe ({"__ansible_unsafe": ...}), so Ansible never templates what a host file, a tag or
-Terraform said. Keys are sorted and host lists are in slot order (chief, ps, worker, evaluator; then index).
+Output: groups tfcluster (every host) with children chief, ps, worker, evaluator (always present, maybe empty); host
+vars ansible_host, ansible_connection, ansible_user (when known), ansible_port (when known), tfcluster_task_type,
+tfcluster_task_index, tfcluster_port, tfcluster_address, tfcluster_gpus, tfcluster_instance_type (when known); group
+vars on tfcluster: tfcluster_cluster_spec, tfcluster_strategy, tfcluster_cluster_name, tfcluster_chief,
+tfcluster_all_gpus, and, when there are SSH options to give, ansible_ssh_common_args and ansible_host_key_checking.
+Every string variable is marked unsafe ({"__ansible_unsafe": ...}), so Ansible never templates what a host file, a
+tag or Terraform said. Keys are sorted and host lists are in slot order (chief, ps, worker, evaluator; then index).
 
 Exit codes: 0 printed; 2 (contract.EXIT_BAD_INPUT) the inventory or the command line is invalid — every problem is
 listed on stderr as "FIELD: MESSAGE. Fix: FIX" and nothing is printed on stdout; 1 the project is not installed in
