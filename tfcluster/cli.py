@@ -65,7 +65,8 @@ def inventory_env(settings: Settings) -> dict[str, str]:
         env |= {"TFCLUSTER_SOURCE": "static", "TFCLUSTER_HOSTS_FILE": str(settings.hosts_file)}
     else:
         env |= {"TFCLUSTER_SOURCE": "terraform", "TFCLUSTER_TF_DIR": str(tf_dir_of(settings))}
-    env["TF_CLI_CONFIG_FILE"] = toolchain.terraform_env({}, cluster=settings.cluster)["TF_CLI_CONFIG_FILE"]
+    # The same CLI config `python -m tfcluster.provision` uses (it reads TFCLUSTER_TF_MIRROR from the environment).
+    env["TF_CLI_CONFIG_FILE"] = toolchain.terraform_env(cluster=settings.cluster)["TF_CLI_CONFIG_FILE"]
     known = known_hosts_file(settings, {**os.environ, **env})
     if known is not None:
         env["TFCLUSTER_KNOWN_HOSTS"] = str(known)

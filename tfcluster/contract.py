@@ -71,7 +71,8 @@ MODEL_DIR_FILES: tuple[str, ...] = (DONE, MANIFEST, STATUS, METRICS, CONFIG)
 EXIT_OK = 0
 EXIT_FAILURE = 1  # training failed (the unit restarts it)
 EXIT_BAD_INPUT = 2  # bad input, found before anything started
-EXIT_PREEMPTED = 3  # spot preemption: a backup was saved; not a failure and not restarted on this host
+EXIT_PREEMPTED = 3  # stopped after a backup (a spot notice, or SIGTERM: the job's deadline, `systemctl stop`); not a
+#                    failure and not restarted on this host; re-run the job to resume
 EXIT_CODES: dict[str, int] = {"ok": EXIT_OK, "failure": EXIT_FAILURE, "bad_input": EXIT_BAD_INPUT,
                               "preempted": EXIT_PREEMPTED}
 # What a task is, for systemd units and supervised processes alike. `lost`: it was running and its host or
@@ -90,6 +91,7 @@ ENV_DATASETS = "TFCLUSTER_DATASETS"
 ENV_GPUS = "TFCLUSTER_GPUS"  # GPUs the inventory declares for this host (the trainer requires them by default)
 ENV_COLLECTIVE = "TFCLUSTER_COLLECTIVE"  # nccl | ring: the all-reduce of a MultiWorkerMirrored job
 ENV_CHECKPOINT_S3 = "TFCLUSTER_CHECKPOINT_S3"  # s3://BUCKET/PREFIX of this job: backups and the model dir go there
+ENV_S3_ENDPOINT_URL = "TFCLUSTER_S3_ENDPOINT_URL"  # an S3-compatible endpoint instead of AWS (tests: moto)
 # status.json: what every task writes (the built-in trainer; a user's script may write the same keys) and the
 # progress view reads. `state` is free text of the program (starting, training, exporting, done, ...).
 STATUS_FIELDS: tuple[str, ...] = ("state", "task", "epoch", "epochs", "step", "steps_per_epoch",
@@ -386,7 +388,7 @@ def contract_vars() -> dict[str, Any]:
              "TF_PORT", "LOCAL_BASE_PORT", "DONE", "MANIFEST", "STATUS", "METRICS", "CONFIG", "EXPORT",
              "CHECKPOINTS", "BACKUP", "LOGS", "EXIT_CODES", "JOB_STATES", "UNIT_PREFIX", "ENV_TF_CONFIG", "ENV_JOB",
              "ENV_MODEL_DIR", "ENV_TASK_TYPE", "ENV_TASK_INDEX", "ENV_DATASETS", "ENV_GPUS", "ENV_COLLECTIVE",
-             "ENV_CHECKPOINT_S3", "STATUS_FIELDS")
+             "ENV_CHECKPOINT_S3", "ENV_S3_ENDPOINT_URL", "STATUS_FIELDS")
     out: dict[str, Any] = {name: globals()[name] for name in names}
     out["NAME_PATTERNS"] = {kind: rule.pattern for kind, rule in NAME_RULES.items()}
     return json.loads(json.dumps(out))  # tuples become lists, as YAML sees them

@@ -105,7 +105,10 @@ def fsync_tree(root: str | os.PathLike[str]) -> int:
         for name in files:
             path = os.path.join(directory, name)
             if os.path.isfile(path) and not os.path.islink(path):
-                fd = os.open(path, os.O_RDONLY)
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:  # renamed away meanwhile (another writer's atomic replace)
+                    continue
                 try:
                     os.fsync(fd)
                 finally:

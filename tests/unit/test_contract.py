@@ -41,7 +41,7 @@ def string_values() -> dict[str, str]:
     values = {f"TAG_KEYS[{k}]": v for k, v in contract.TAG_KEYS.items()}
     for name in ("DONE", "MANIFEST", "STATUS", "METRICS", "CONFIG", "ENV_TF_CONFIG", "ENV_JOB", "ENV_MODEL_DIR",
                  "ENV_TASK_TYPE", "ENV_TASK_INDEX", "ENV_DATASETS", "ENV_GPUS", "ENV_COLLECTIVE",
-                 "ENV_CHECKPOINT_S3"):
+                 "ENV_CHECKPOINT_S3", "ENV_S3_ENDPOINT_URL"):
         values[name] = getattr(contract, name)
     return values
 
