@@ -46,9 +46,10 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int = 0o644, durable: bool = True) -> None:
     """Temp file in the same directory, fsync, rename, fsync the directory: readers see the old or the new file,
-    and after a crash the new one is either whole or absent."""
+    and after a crash the new one is either whole or absent. ``durable=False`` skips both fsyncs (a progress file
+    rewritten every few seconds: readers still never see half a file)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMP_PREFIX)
@@ -56,22 +57,25 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int = 0o
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    fsync_dir(directory)
+    if durable:
+        fsync_dir(directory)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"), mode)
+def atomic_write_text(path: str | os.PathLike[str], text: str, mode: int = 0o644, durable: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), mode, durable)
 
 
-def atomic_write_json(path: str | os.PathLike[str], data: Mapping[str, Any], mode: int = 0o644) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode)
+def atomic_write_json(path: str | os.PathLike[str], data: Mapping[str, Any], mode: int = 0o644,
+                      durable: bool = True) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode, durable)
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
