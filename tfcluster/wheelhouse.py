@@ -1,17 +1,22 @@
 """The air-gapped wheelhouse: every wheel the hosts' runtime needs, downloaded once on the control machine.
 
-    python -m tfcluster.wheelhouse [--requirements trainer/requirements.txt] [--dest .cache/lab/wheelhouse]
+    python -m tfcluster.wheelhouse [--gpu] [--dest .cache/lab/wheelhouse]
 
 Lab hosts (and air-gapped on-prem hosts) have no route to an index: the python_runtime role copies this directory
-to each host and installs with ``pip --no-index --find-links``. The wheels are chosen for the hosts' platform
-(Debian 12: CPython 3.11, glibc 2.36, x86_64), not the control machine's, so any control machine can build it.
-A stamp (sha256 of the requirements and the target) makes a second run a no-op.
+to each host and installs with ``pip install --no-index --find-links DIR --require-hashes --no-deps -r LOCK``.
+The wheels are exactly the hash-pinned lock's (:mod:`tfcluster.lock`): ``pip download --require-hashes``, then
+every wheel checked against the lock's sha256 values. ``--gpu`` (needed as soon as any host has GPUs) takes the GPU
+lock: the CPU set plus ``tensorflow[and-cuda]``'s pinned ``nvidia-*-cu12`` wheels (GBs). The wheels are chosen
+for the hosts' platform (Debian 12: CPython 3.11, glibc 2.36, x86_64), not the control machine's. A stamp (the
+lock's sha256, the target, gpu) makes a second run a no-op; the role reads it to refuse a CPU-only wheelhouse for
+a GPU host.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import logging
 import shutil
 import subprocess
@@ -20,10 +25,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tfcluster.lock import CPU_LOCK, GPU_LOCK, check_wheels
+
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_REQUIREMENTS = REPO / "trainer" / "requirements.txt"
+DEFAULT_REQUIREMENTS = CPU_LOCK
 DEFAULT_DEST = REPO / ".cache" / "lab" / "wheelhouse"
 STAMP = ".tfcluster-wheelhouse"
 
@@ -51,25 +58,40 @@ class Target:
         return args
 
 
-def stamp_text(requirements: Path, target: Target) -> str:
+def lock_for(gpu: bool) -> Path:
+    """The lock a wheelhouse is built from: the GPU one as soon as any host has GPUs."""
+    return GPU_LOCK if gpu else CPU_LOCK
+
+
+def stamp_text(requirements: Path, target: Target, gpu: bool = False) -> str:
     digest = hashlib.sha256(requirements.read_bytes())
     digest.update(repr(target).encode())
-    return digest.hexdigest()
+    return json.dumps({"lock": digest.hexdigest(), "gpu": gpu, "requirements": requirements.name}, sort_keys=True)
+
+
+def read_stamp(dest: Path) -> dict[str, object]:
+    """The stamp of a built wheelhouse ({} when there is none)."""
+    try:
+        data = json.loads((dest / STAMP).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def download_argv(python: str, requirements: Path, dest: Path, target: Target) -> list[str]:
-    return [python, "-m", "pip", "download", "--disable-pip-version-check", "--no-input", "-q", "-r",
-            str(requirements), "--dest", str(dest), *target.pip_args()]
+    return [python, "-m", "pip", "download", "--disable-pip-version-check", "--no-input", "-q", "--require-hashes",
+            "--no-deps", "-r", str(requirements), "--dest", str(dest), *target.pip_args()]
 
 
-def build(requirements: Path = DEFAULT_REQUIREMENTS, dest: Path = DEFAULT_DEST, target: Target = Target(),
-          python: str = sys.executable, force: bool = False) -> bool:
-    """Download the wheels into ``dest``; returns False when the stamp says it is already complete."""
+def build(requirements: Path | None = None, dest: Path = DEFAULT_DEST, *, target: Target = Target(),
+          python: str = sys.executable, force: bool = False, gpu: bool = False) -> bool:
+    """Download the lock's wheels into ``dest`` and check each against the lock's hashes; returns False when the
+    stamp says it is already complete."""
+    requirements = requirements or lock_for(gpu)
     if not requirements.is_file():
         raise FileNotFoundError(f"requirements file {requirements} does not exist")
-    want = stamp_text(requirements, target)
-    stamp = dest / STAMP
-    if not force and stamp.is_file() and stamp.read_text().strip() == want:
+    want = stamp_text(requirements, target, gpu)
+    if not force and read_stamp(dest) == json.loads(want):
         log.info("wheelhouse %s is up to date", dest)
         return False
     partial = dest.with_name(dest.name + ".partial")
@@ -82,6 +104,7 @@ def build(requirements: Path = DEFAULT_REQUIREMENTS, dest: Path = DEFAULT_DEST, 
         shutil.rmtree(partial, ignore_errors=True)
         raise RuntimeError(f"pip download for the wheelhouse failed (exit {proc.returncode}):\n"
                            f"{proc.stderr.strip()[-2000:]}")
+    check_wheels(partial, [requirements])
     (partial / STAMP).write_text(want + "\n")
     shutil.rmtree(dest, ignore_errors=True)
     partial.rename(dest)
@@ -96,14 +119,17 @@ def size_bytes(path: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requirements", type=Path, default=DEFAULT_REQUIREMENTS)
+    parser.add_argument("--requirements", type=Path, default=None,
+                        help="a hash-pinned lock (default: the CPU lock, or the GPU lock with --gpu)")
+    parser.add_argument("--gpu", action="store_true",
+                        help="include the GPU set (tensorflow[and-cuda] and its nvidia-*-cu12 wheels)")
     parser.add_argument("--dest", type=Path, default=DEFAULT_DEST)
     parser.add_argument("--force", action="store_true", help="download again even when the stamp matches")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        build(args.requirements, args.dest, force=args.force)
-    except (OSError, RuntimeError) as exc:
+        build(args.requirements, args.dest, force=args.force, gpu=args.gpu)
+    except (OSError, RuntimeError, ValueError) as exc:
         log.error("%s", exc)
         return 1
     return 0

@@ -1,4 +1,5 @@
-"""Write tfcluster_probe-1.0-py3-none-any.whl into the directory given: a real wheel, made without any index."""
+"""Write tfcluster_probe-1.0-py3-none-any.whl into the directory given (a real wheel, made without any index) and,
+when a second path is given, a hash-pinned requirements file for it (the runtime installs with --require-hashes)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ def main() -> int:
         for name, text in FILES.items():
             wheel.writestr(name, text)
         wheel.writestr("tfcluster_probe-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    if len(sys.argv) > 2:
+        digest = hashlib.sha256(out.read_bytes()).hexdigest()
+        Path(sys.argv[2]).write_text(f"tfcluster-probe==1.0 \\\n    --hash=sha256:{digest}\n")
     return 0
 
 

@@ -1,19 +1,25 @@
-"""The collector's manifest tool: parse, verify, and the pull (tar stream and local copy)."""
+"""The collector: the chief's side (manifest_info: as the job user, no symlink followed) and the control side
+(tfcluster.collect: bounded tar stream, every sha256, versioned copies behind an atomically swapped `current`)."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import json
+import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tfcluster import collect, transfer
+
 REPO = Path(__file__).resolve().parents[3]
-ROLES = REPO / "playbooks" / "roles"
+PLUGINS = REPO / "playbooks/collections/ansible_collections/tfcluster/cluster/plugins"
 
 
 def load(name: str, path: Path) -> ModuleType:
@@ -25,41 +31,15 @@ def load(name: str, path: Path) -> ModuleType:
     return module
 
 
+modeldir = load("tfc_modeldir", PLUGINS / "module_utils/modeldir.py")
 
-manifest = load("manifest", ROLES / "collector/files/manifest.py")
-
-
-# --- releases and manifests -------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "lists no files"),
-    ("abc  x\n", "is not '<sha256>  <path>'"),
-    (f"{'0' * 64}  /etc/passwd\n", "names an unsafe path: '/etc/passwd'"),
-    (f"{'0' * 64}  a/../../b\n", "names an unsafe path"),
-    (f"{'0' * 64}  DONE\n", "names an unsafe path: 'DONE'"),
-])
-def test_manifest_parse_rejects(text: str, message: str) -> None:
-    with pytest.raises(manifest.ManifestError, match=message):
-        manifest.parse(text)
+FILES = {"export/saved_model.pb": b"graph" * 1000, "export/variables/v.data": bytes(range(256)) * 4096,
+         "checkpoints/ckpt-1.index": b"idx", "metrics.json": b'{"epochs": 3}'}
+OPTIONAL = ["status.json", "config.json", "metrics.json"]
 
 
-def test_manifest_verify_problems(tmp_path: Path) -> None:
-    with pytest.raises(manifest.ManifestError, match="no DONE marker: refusing an unfinished checkpoint"):
-        manifest.verify(str(tmp_path))
-    (tmp_path / "DONE").write_text("{}")
-    with pytest.raises(manifest.ManifestError, match=r"has no MANIFEST\.sha256"):
-        manifest.verify(str(tmp_path))
-    (tmp_path / "a").write_text("a")
-    (tmp_path / "MANIFEST.sha256").write_text(f"{'0' * 64}  a\n{'1' * 64}  gone\n")
-    with pytest.raises(manifest.ManifestError, match="sha256 mismatch: a; missing gone"):
-        manifest.verify(str(tmp_path))
-
-
-
-# --- the collector's pull (stream and local copy) -----------------------------------------------------------------
-
-def model_dir(root: Path, files: dict[str, bytes], optional: dict[str, bytes] | None = None) -> tuple[Path, str]:
-    """A finished model dir: the files, their MANIFEST.sha256 and DONE; returns it and the manifest text."""
+def model_dir(root: Path, files: dict[str, bytes], optional: dict[str, bytes] | None = None) -> Path:
+    """A finished model dir: the files, their MANIFEST.sha256 and DONE."""
     root.mkdir(parents=True)
     for rel, data in {**files, **(optional or {})}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -67,116 +47,236 @@ def model_dir(root: Path, files: dict[str, bytes], optional: dict[str, bytes] | 
     text = "".join(f"{hashlib.sha256(data).hexdigest()}  {rel}\n" for rel, data in sorted(files.items()))
     (root / "MANIFEST.sha256").write_text(text)
     (root / "DONE").write_text("{}\n")
-    return root, text
+    return root
+
+
+def request(src: Path, dest: Path, connection: str = "ssh", **more: object) -> dict:
+    """What the role sends: manifest_info's answer plus the chief's reach (reach_info) and the limits."""
+    info = modeldir.describe(str(src), OPTIONAL)
+    reach = {"connection": connection, "host": "10.0.0.5", "port": 22, "user": "ubuntu", "become": False}
+    return {"name": "chief-0", "reach": {**reach, **more.pop("reach", {})}, "model_dir": str(src),  # type: ignore[dict-item]
+            "manifest": info["manifest"], "files": info["files"], "optional": info["optional"], "dest": str(dest),
+            **more}
 
 
 @pytest.fixture
 def fake_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """`ssh ... -- HOST COMMAND` that runs COMMAND here with sh, logging its argv: the real tar, no network."""
+    """`ssh ... -- HOST COMMAND` that runs COMMAND here with sh (sudo -n -u X dropped), logging its argv."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "ssh-argv.json"
-    script = bin_dir / "ssh"
-    script.write_text(f"#!{sys.executable}\nimport json, subprocess, sys\n"
-                      f"open({str(log)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
-                      "sys.exit(subprocess.call(['sh', '-c', sys.argv[-1]]))\n")
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    (bin_dir / "ssh").write_text(
+        f"#!{sys.executable}\nimport json, shlex, subprocess, sys\n"
+        f"open({str(log)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+        "words = shlex.split(sys.argv[-1])\n"
+        "words = words[words.index('--') + 1:] if words[0] == 'sudo' else words\n"
+        "sys.exit(subprocess.call(words))\n")
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     return log
 
 
-FILES = {"export/saved_model.pb": b"graph" * 1000, "export/variables/v.data": bytes(range(256)) * 4096,
-         "checkpoints/ckpt-1.index": b"idx", "metrics.json": b'{"epochs": 3}'}
+def files_under(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
 
 
-def request(src: Path, text: str, **more: object) -> dict:
-    return {"name": "chief-0", "connection": "ssh", "host": "10.0.0.5", "port": 2222, "user": "ubuntu",
-            "private_key_file": "~/.ssh/k", "ssh_args": "-o ControlMaster=auto", "ssh_common_args": "",
-            "ssh_extra_args": "", "host_key_checking": False, "model_dir": str(src), "manifest": text,
-            "optional": ["status.json", "config.json", "metrics.json"], **more}
+# --- the chief's side --------------------------------------------------------------------------------------------
 
+def test_describe_lists_sizes_of_regular_files(tmp_path: Path) -> None:
+    src = model_dir(tmp_path / "m", FILES, optional={"status.json": b"{}"})
+    info = modeldir.describe(str(src), OPTIONAL)
+    assert info["done"] and not info["problems"]
+    sizes = {f["path"]: f["size"] for f in info["files"]}
+    assert sizes["export/variables/v.data"] == 256 * 4096 and sizes["DONE"] == 3
+    assert info["optional"] == [{"path": "status.json", "size": 2}]  # metrics.json is listed already
+    assert info["manifest_sha256"] == hashlib.sha256((src / "MANIFEST.sha256").read_bytes()).hexdigest()
+
+
+def test_describe_stops_at_a_missing_done(tmp_path: Path) -> None:
+    src = model_dir(tmp_path / "m", FILES)
+    (src / "DONE").unlink()
+    assert modeldir.describe(str(src))["done"] is False
+
+
+def test_a_manifest_linked_elsewhere_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """Tried: a manifest symlinked to /etc/shadow echoed a line of it. Now: refused by O_NOFOLLOW, nothing read."""
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$secret-hash:19000:0:99999:7:::\n")
+    src = model_dir(tmp_path / "m", FILES)
+    (src / "MANIFEST.sha256").unlink()
+    (src / "MANIFEST.sha256").symlink_to(secret)
+    with pytest.raises(modeldir.ModelDirError) as error:
+        modeldir.describe(str(src))
+    assert "without following a link" in str(error.value) and "secret" not in str(error.value)
+
+
+def test_a_malformed_manifest_line_is_not_echoed(tmp_path: Path) -> None:
+    src = model_dir(tmp_path / "m", FILES)
+    (src / "MANIFEST.sha256").write_text("root:$6$secret-hash:19000:0:99999:7:::\n")
+    with pytest.raises(modeldir.ModelDirError) as error:
+        modeldir.describe(str(src))
+    assert "line 1" in str(error.value) and "secret" not in str(error.value)
+
+
+@pytest.mark.parametrize("link", ["export", "export/saved_model.pb"])
+def test_a_symlink_below_the_model_dir_is_a_problem(tmp_path: Path, link: str) -> None:
+    src = model_dir(tmp_path / "m", FILES)
+    elsewhere = tmp_path / "elsewhere"
+    (src / link).rename(elsewhere)
+    (src / link).symlink_to(elsewhere)
+    problems = modeldir.describe(str(src))["problems"]
+    assert any("symlink" in p and p.startswith("export/") for p in problems)
+
+
+def test_a_linked_model_dir_is_refused(tmp_path: Path) -> None:
+    src = model_dir(tmp_path / "m", FILES)
+    (tmp_path / "link").symlink_to(src)
+    with pytest.raises(modeldir.ModelDirError, match="cannot be opened as a directory without following a link"):
+        modeldir.describe(str(tmp_path / "link"))
+
+
+# --- the control side: pull, versions ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("connection", ["ssh", "local"])
-def test_pull_brings_every_file_home_verified_and_is_idempotent(tmp_path: Path, fake_ssh: Path, connection: str,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(manifest, "THREADED_WRITE", 100_000)  # the 1 MiB file takes the two-thread path
-    src, text = model_dir(tmp_path / "chief", FILES, optional={"status.json": b"{}"})
-    dest = tmp_path / "home" / "job"
-    out = manifest.pull(str(dest), request(src, text, connection=connection))
-    assert out["changed"] is True and out["files"] == len(FILES) + 3  # + MANIFEST, DONE, status.json
-    got = {str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()}
-    assert got == {*FILES, "MANIFEST.sha256", "DONE", "status.json"}  # config.json is optional and absent
-    assert manifest.verify(str(dest)) == len(FILES)
+def test_pull_brings_every_file_home_verified_versioned_and_is_idempotent(
+        tmp_path: Path, fake_ssh: Path, connection: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer, "THREADED_WRITE", 100_000)  # the 1 MiB file takes the two-thread path
+    src = model_dir(tmp_path / "chief", FILES, optional={"status.json": b"{}"})
+    dest = tmp_path / "artifacts" / "job"
+    out = collect.pull(request(src, dest, connection))
+    version = hashlib.sha256((src / "MANIFEST.sha256").read_bytes()).hexdigest()
+    assert out["changed"] is True and out["version"] == version and out["entries"] == len(FILES)
+    assert os.readlink(dest / "current") == version
+    assert files_under(dest / "current") == {*FILES, "MANIFEST.sha256", "DONE", "status.json"}
+    assert collect.verify_dir(dest / "current") == len(FILES)
     assert fake_ssh.exists() == (connection == "ssh")
-    assert manifest.pull(str(dest), request(src, text, connection=connection))["changed"] is False
-    assert sorted(p.name for p in dest.parent.iterdir()) == ["job"]  # no staging or old copy left
+    again = collect.pull(request(src, dest, connection))
+    assert again["changed"] is False and "Already collected" in again["msg"]
+    assert sorted(p.name for p in dest.iterdir()) == sorted(["current", version])  # no staging left
 
 
-def test_pull_replaces_an_older_copy_whole(tmp_path: Path, fake_ssh: Path) -> None:
-    dest = tmp_path / "home" / "job"
-    dest.mkdir(parents=True)
-    (dest / "stale.bin").write_bytes(b"old run")
-    src, text = model_dir(tmp_path / "chief", FILES)
-    manifest.pull(str(dest), request(src, text))
-    assert not (dest / "stale.bin").exists() and (dest / "DONE").exists()
+def test_the_stream_runs_tar_as_the_job_user_with_the_file_list(tmp_path: Path, fake_ssh: Path) -> None:
+    src = model_dir(tmp_path / "chief", FILES)
+    collect.pull(request(src, tmp_path / "a", reach={"become": True, "become_user": "tfcluster"}))
+    remote = json.loads(fake_ssh.read_text())[-1]
+    assert remote.startswith("sudo -n -u tfcluster -- tar --no-recursion ")
+    assert "-h" not in remote.split() and "--dereference" not in remote
+    assert "export/variables/v.data" in remote and "MANIFEST.sha256" in remote
+
+
+def test_a_recollect_keeps_the_previous_good_copy(tmp_path: Path, fake_ssh: Path) -> None:
+    src = model_dir(tmp_path / "chief", FILES)
+    dest = tmp_path / "artifacts" / "job"
+    first = collect.pull(request(src, dest))["version"]
+    (src / "export/saved_model.pb").write_bytes(b"retrained")
+    (src / "MANIFEST.sha256").write_text("".join(
+        f"{hashlib.sha256((src / rel).read_bytes()).hexdigest()}  {rel}\n" for rel in sorted(FILES)))
+    second = collect.pull(request(src, dest))["version"]
+    assert first != second and os.readlink(dest / "current") == second
+    assert collect.verify_dir(dest / first) == len(FILES)  # the older copy is still whole
+
+
+def test_an_empty_manifest_is_a_success_with_nothing_to_collect(tmp_path: Path, fake_ssh: Path) -> None:
+    src = model_dir(tmp_path / "chief", {})
+    out = collect.pull(request(src, tmp_path / "a"))
+    assert out["empty"] is True and out["entries"] == 0
+    assert "nothing to collect" in out["msg"] and "$TFCLUSTER_MODEL_DIR" in out["msg"]
 
 
 @pytest.mark.parametrize(("damage", "message"), [
-    (lambda src: (src / "export/saved_model.pb").write_bytes(b"evil"), "sha256 mismatch: export/saved_model.pb"),
+    (lambda src: (src / "export/saved_model.pb").write_bytes(b"evil" * 1250), "sha256 mismatch: export/saved_model.pb"),
+    (lambda src: (src / "checkpoints/ckpt-1.index").write_bytes(b"much longer"), "11 bytes in the stream but 3"),
     (lambda src: (src / "checkpoints/ckpt-1.index").unlink(), "missing checkpoints/ckpt-1.index"),
-    (lambda src: (src / "DONE").unlink(), "missing DONE"),
 ])
-def test_pull_refuses_a_damaged_checkpoint_and_writes_nothing(tmp_path: Path, fake_ssh: Path, damage,
-                                                              message: str) -> None:
-    src, text = model_dir(tmp_path / "chief", FILES)
+def test_pull_refuses_a_damaged_model_dir_and_leaves_the_old_copy(tmp_path: Path, fake_ssh: Path, damage,
+                                                                  message: str) -> None:
+    src = model_dir(tmp_path / "chief", FILES)
+    dest = tmp_path / "artifacts" / "job"
+    (dest / "old").mkdir(parents=True)
+    (dest / "current").symlink_to("old")
+    req = request(src, dest)
     damage(src)
-    dest = tmp_path / "home" / "job"
-    with pytest.raises(manifest.ManifestError) as error:
-        manifest.pull(str(dest), request(src, text))
-    assert message in str(error.value)
-    assert f"collecting {src} from chief-0 failed" in str(error.value)
-    assert not dest.exists() and list(dest.parent.iterdir()) == []
+    with pytest.raises(collect.CollectError) as error:
+        collect.pull(req)
+    assert message in str(error.value) and "from chief-0 failed" in str(error.value)
+    assert sorted(p.name for p in dest.iterdir()) == ["current", "old"] and os.readlink(dest / "current") == "old"
 
 
-def test_pull_names_the_host_when_ssh_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "ssh").write_text("#!/bin/sh\necho 'ssh: connect to host 10.0.0.5 port 2222: No route to host' >&2\n"
-                                 "exit 255\n")
-    (bin_dir / "ssh").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    src, text = model_dir(tmp_path / "chief", FILES)
-    proc = subprocess.run([sys.executable, str(ROLES / "collector/files/manifest.py"), "pull", str(tmp_path / "d")],
-                          input=json.dumps(request(src, text)), capture_output=True, text=True, check=False)
-    assert proc.returncode == 1
-    msg = json.loads(proc.stdout)["msg"]
-    assert "from chief-0 failed" in msg and "No route to host" in msg and "exited 255" in msg
-    assert not (tmp_path / "d").exists()
+def sparse_tar(tmp_path: Path, name: str, apparent: int) -> bytes:
+    """A ~10 KB tar (GNU tar --sparse) whose one member expands to ``apparent`` bytes."""
+    src = tmp_path / "sparse-src"
+    src.mkdir()
+    with open(src / name, "wb") as handle:
+        handle.write(b"x" * 10_000)
+        handle.truncate(apparent)
+    return subprocess.run(["tar", "--sparse", "-C", str(src), "-cf", "-", name], capture_output=True,
+                          check=True).stdout
 
 
-def test_receive_refuses_what_was_not_asked_for(tmp_path: Path) -> None:
-    import io
-    import tarfile
-
+def plain_tar(name: str, data: bytes) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as archive:
-        link = tarfile.TarInfo("DONE")
-        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
-        archive.addfile(link)
-    buf.seek(0)
-    with pytest.raises(manifest.ManifestError, match=r"'DONE', which was not asked for \(or is not a regular file"):
-        manifest.receive(buf, str(tmp_path), {"DONE": None})
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
-def test_ssh_argv_follows_ansibles_settings() -> None:
-    conn = {"host": "10.0.0.5", "port": 2222, "user": "ubuntu", "private_key_file": "/k",
-            "ssh_args": "-o ControlMaster=auto", "ssh_common_args": "-o 'ProxyCommand=ssh -W %h:%p b'",
-            "ssh_extra_args": "-4", "host_key_checking": False, "ciphers": "aes128-gcm@openssh.com,aes128-ctr"}
-    argv = manifest.ssh_argv(conn, "tar -cf - x")
-    assert argv == ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "ControlMaster=auto", "-o",
-                    "ProxyCommand=ssh -W %h:%p b", "-4", "-o", "Ciphers=aes128-gcm@openssh.com,aes128-ctr", "-p",
-                    "2222", "-l", "ubuntu", "-i", "/k", "--", "10.0.0.5", "tar -cf - x"]
-    plain = manifest.ssh_argv({"host": "h", "port": None, "user": None, "host_key_checking": True}, "true")
-    assert plain == ["ssh", "-o", "BatchMode=yes", "--", "h", "true"]
-    with pytest.raises(manifest.ManifestError, match="names no host"):
-        manifest.ssh_argv({"host": ""}, "true")
+def test_a_chief_that_sends_too_much_is_cut_off_with_nothing_left(tmp_path: Path) -> None:
+    """Tried: a 10 KB tar wrote 64 MiB. Now: a sparse member, a member bigger than the chief reported, or more bytes
+    than the budget stop the stream before they are written."""
+    sparse = sparse_tar(tmp_path, "DONE", 64 << 20)
+    assert len(sparse) < 64 << 10
+    cases = [(sparse, {"DONE": transfer.Wanted(None, 64 << 20)}, 128 << 20, "sparse"),
+             (plain_tar("DONE", b"y" * 20_000), {"DONE": transfer.Wanted(None, 10_000)}, 1 << 20, "20,000 bytes"),
+             (plain_tar("DONE", b"y" * 20_000), {"DONE": transfer.Wanted(None, 20_000)}, 5_000, "sent more than")]
+    for index, (data, wanted, cap, message) in enumerate(cases):
+        staging = tmp_path / f"staging-{index}"
+        staging.mkdir()
+        with pytest.raises(transfer.CollectError, match=message):
+            transfer.receive(io.BytesIO(data), staging, wanted, transfer.Budget(cap, "chief-0"))
+        assert sum(p.stat().st_size for p in staging.rglob("*") if p.is_file()) == 0
+
+
+def test_byte_cap_counts_free_space_and_collector_max_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(collect.CollectError, match="more than collector_max_bytes=1,000"):
+        collect.byte_cap(tmp_path, 5_000, max_bytes=1_000)
+    monkeypatch.setattr(collect.shutil, "disk_usage", lambda _p: type("U", (), {"free": 100 << 20})())
+    with pytest.raises(collect.CollectError, match="free"):
+        collect.byte_cap(tmp_path, 50 << 20)
+    assert collect.byte_cap(tmp_path, 1_000, slack=10) == 1_010
+
+
+def test_the_transfer_is_bounded_in_time(tmp_path: Path) -> None:
+    class Slow:
+        local = False
+
+        def argv(self, _command: list[str], extra_ssh_options: list[str] = ()) -> list[str]:  # type: ignore[assignment]
+            return ["sleep", "30"]
+
+    with pytest.raises(collect.CollectError, match="collector_timeout=1"):
+        transfer.stream_from(Slow(), "/m", tmp_path, {"DONE": transfer.Wanted(None, 1)},  # type: ignore[arg-type]
+                             transfer.Budget(1 << 20, "c"), timeout=1)
+
+
+def test_cli_names_the_host_when_ssh_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text("#!/bin/sh\necho 'ssh: connect to host 10.0.0.5 port 22: No route to host' >&2\n"
+                                 "exit 255\n")
+    (bin_dir / "ssh").chmod(0o755)
+    src = model_dir(tmp_path / "chief", FILES)
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "tfcluster.collect", "pull"], cwd=REPO, env=env,
+                          input=json.dumps(request(src, tmp_path / "d")), capture_output=True, text=True, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    msg = json.loads(proc.stdout)["msg"]
+    assert "from chief-0 failed" in msg and "No route to host" in msg and "exited 255" in msg
+    assert not (tmp_path / "d").exists()  # not even the directory this run would have made
+
+
+def test_cli_verify(tmp_path: Path) -> None:
+    src = model_dir(tmp_path / "m", FILES)
+    proc = subprocess.run([sys.executable, "-m", "tfcluster.collect", "verify", str(src)], cwd=REPO,
+                          capture_output=True, text=True, check=True)
+    assert json.loads(proc.stdout)["verified"] == len(FILES)

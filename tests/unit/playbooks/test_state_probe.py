@@ -1,5 +1,5 @@
-"""files/state_probe.py of the python_runtime and trainer roles: the read-only probe that lets a no-op run skip
-every module. Each drift it must report, and the run through `python -c` the roles use."""
+"""The tfcluster.cluster.state_probe module (module_utils/probe.py): the read-only comparison the prepare roles run
+once per host when the prepare digest differs. Each drift it must report, and a run through Ansible."""
 
 from __future__ import annotations
 
@@ -16,26 +16,21 @@ from types import ModuleType
 
 import pytest
 
-ROLES = Path(__file__).resolve().parents[3] / "playbooks" / "roles"
-PROBES = [ROLES / "python_runtime/files/state_probe.py", ROLES / "trainer/files/state_probe.py"]
+REPO = Path(__file__).resolve().parents[3]
+PROBE = REPO / "playbooks/collections/ansible_collections/tfcluster/cluster/plugins/module_utils/probe.py"
 
 
 def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("state_probe", path)
+    spec = importlib.util.spec_from_file_location("tfc_probe", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-probe = load(PROBES[0])
+probe = load(PROBE)
 ME = pwd.getpwuid(os.getuid()).pw_name
 MY_GROUP = grp.getgrgid(os.getgid()).gr_name
-
-
-def test_both_roles_ship_the_same_probe() -> None:
-    """One source: the trainer role's copy is a link to the runtime role's (each role stays self-contained)."""
-    assert PROBES[1].is_symlink() and PROBES[1].resolve() == PROBES[0].resolve()
 
 
 @pytest.fixture()
@@ -106,26 +101,26 @@ def test_user_in_place_reports_nothing() -> None:
     assert probe.user_drift(ME, {"shell": "/bin/false-tfc"}) == f"shell {entry.pw_shell}, wanted /bin/false-tfc"
 
 
-def test_imports_are_located_only_inside_the_venv() -> None:
+def test_imports_are_located_with_the_venvs_interpreter() -> None:
     inside = probe.probe_section({"venv": sys.prefix, "imports": ["json", "no_such_module_tfc"]})
     assert inside == {"drift": {}, "missing": ["no_such_module_tfc"]}
     outside = probe.probe_section({"venv": "/no/such/venv", "imports": ["json"]})
     assert outside == {"drift": {"/no/such/venv": "its interpreter does not run"}, "missing": None}
 
 
-def test_runs_as_python_dash_c_like_the_roles(tree: Path) -> None:
+def test_the_module_runs_read_only_through_ansible(tree: Path) -> None:
     spec = {"a": {"paths": {str(tree / "d"): {"type": "dir", "mode": "0755"}}},
             "b": {"paths": {str(tree / "nope"): {"type": "file"}}}}
-    proc = subprocess.run([sys.executable, "-c", PROBES[1].read_text(), json.dumps(spec)], capture_output=True,
-                          text=True, check=True)
-    assert json.loads(proc.stdout.splitlines()[-1]) == {
-        "a": {"drift": {}, "missing": None}, "b": {"drift": {str(tree / "nope"): "missing"}, "missing": None}}
-
-
-def test_usage_error_without_a_spec() -> None:
-    proc = subprocess.run([sys.executable, str(PROBES[0])], check=False, capture_output=True, text=True)
-    assert proc.returncode == 2
-    assert "usage: state_probe.py SPEC_JSON" in proc.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "--check", "-e",
+                           f"ansible_python_interpreter={sys.executable}", "-m", "tfcluster.cluster.state_probe",
+                           "-a", json.dumps({"spec": spec})], cwd=REPO, env=env, capture_output=True, text=True,
+                          check=False, timeout=120)
+    result = json.loads(proc.stdout.partition(" => ")[2])
+    assert result["changed"] is False
+    assert result["state"] == {"a": {"drift": {}, "missing": None},
+                               "b": {"drift": {str(tree / "nope"): "missing"}, "missing": None}}
 
 
 def test_packages_are_not_checked_without_dpkg(tmp_path: Path) -> None:

@@ -1,45 +1,37 @@
-#!/usr/bin/env python3
-"""state_probe: compare a host with the state a role wants, in one read-only pass. Standard library only.
+"""Compare a host with the state a role wants, in one read-only pass. Standard library only.
 
-The roles run it once per host (``python -c <this file> <spec JSON>`` over ``ansible.builtin.raw``: no module
-upload, one interpreter start) and run their modules only for a section that shows a difference, so a no-op run
-costs one short process per role and host instead of one Ansible module per file. It changes nothing.
-
-The spec is ``{SECTION: {...}}``; each section may hold:
+Used by the ``tfcluster.cluster.state_probe`` module. A spec is ``{SECTION: {...}}``; each section may hold:
   paths     {PATH: {"type": "dir"|"file"|"link"|"exists", "mode": "0755", "owner": NAME, "group": NAME,
                     "sha256": HEX, "text": TEXT, "target": LINK_TARGET}}   (every key but "type" optional;
                                    "text": the file's content equals TEXT but for surrounding whitespace)
   packages  [NAME, ...]            Debian packages that must be installed (where dpkg keeps a status file)
   groups    [NAME, ...]            groups that must exist
   users     {NAME: {"group": NAME, "home": PATH, "shell": PATH}}
-  venv      PATH                   the interpreter running the probe must be this venv's ...
+  venv      PATH                   this venv's interpreter must run ...
   imports   [MODULE, ...]          ... and find these modules (located, not imported)
-It prints ``{SECTION: {"drift": {WHAT: WHY, ...}, "missing": [MODULE, ...] | null}}`` as one JSON line; an empty
-drift means the section is in place. ``missing`` is null when the probe did not run in the section's venv.
+The result is ``{SECTION: {"drift": {WHAT: WHY, ...}, "missing": [MODULE, ...] | null}}``; an empty drift means
+the section is in place; ``missing`` is null when the venv's interpreter did not run.
 """
 
 from __future__ import annotations
 
 import grp
-import hashlib
-import importlib.util
 import json
 import os
 import pwd
 import stat
-import sys
+import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+try:
+    from tfcluster.files import sha256_file
+except ImportError:  # inside an Ansible module
+    from ansible_collections.tfcluster.cluster.plugins.module_utils.files import sha256_file  # type: ignore
+
 DPKG_STATUS = "/var/lib/dpkg/status"
-
-
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+FIND_CODE = ("import importlib.util, json, sys; "
+             "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]))")
 
 
 def owner_name(uid: int) -> str:
@@ -56,6 +48,40 @@ def group_name(gid: int) -> str:
         return str(gid)
 
 
+def read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def _link_drift(path: str, info: os.stat_result, want: Mapping[str, str]) -> str | None:
+    if not stat.S_ISLNK(info.st_mode):
+        return "not a symlink"
+    target = os.readlink(path)
+    return None if target == want.get("target", target) else f"points at {target}"
+
+
+def _kind_drift(kind: str, info: os.stat_result) -> str | None:
+    if kind == "dir" and not stat.S_ISDIR(info.st_mode):
+        return "not a directory"
+    if kind == "file" and not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    return None
+
+
+def _meta_drift(info: os.stat_result, want: Mapping[str, str]) -> str | None:
+    mode = want.get("mode")
+    if mode is not None and stat.S_IMODE(info.st_mode) != int(mode, 8):
+        return f"mode {stat.S_IMODE(info.st_mode):04o}, wanted {mode}"
+    if "owner" in want and owner_name(info.st_uid) != want["owner"]:
+        return f"owner {owner_name(info.st_uid)}, wanted {want['owner']}"
+    if "group" in want and group_name(info.st_gid) != want["group"]:
+        return f"group {group_name(info.st_gid)}, wanted {want['group']}"
+    return None
+
+
 def path_drift(path: str, want: Mapping[str, str]) -> str | None:
     """Why ``path`` differs from ``want`` (None when it matches)."""
     kind = want.get("type", "exists")
@@ -64,26 +90,15 @@ def path_drift(path: str, want: Mapping[str, str]) -> str | None:
     except OSError:
         return "missing"
     if kind == "link":
-        if not stat.S_ISLNK(info.st_mode):
-            return "not a symlink"
-        target = os.readlink(path)
-        return None if target == want.get("target", target) else f"points at {target}"
+        return _link_drift(path, info, want)
     if stat.S_ISLNK(info.st_mode):  # the modules follow a link to a directory or file: so does the probe
         try:
             info = os.stat(path)
         except OSError:
             return "dangling symlink"
-    if kind == "dir" and not stat.S_ISDIR(info.st_mode):
-        return "not a directory"
-    if kind == "file" and not stat.S_ISREG(info.st_mode):
-        return "not a regular file"
-    mode = want.get("mode")
-    if mode is not None and stat.S_IMODE(info.st_mode) != int(mode, 8):
-        return f"mode {stat.S_IMODE(info.st_mode):04o}, wanted {mode}"
-    if "owner" in want and owner_name(info.st_uid) != want["owner"]:
-        return f"owner {owner_name(info.st_uid)}, wanted {want['owner']}"
-    if "group" in want and group_name(info.st_gid) != want["group"]:
-        return f"group {group_name(info.st_gid)}, wanted {want['group']}"
+    why = _kind_drift(kind, info) or _meta_drift(info, want)
+    if why:
+        return why
     if "sha256" in want and sha256_file(path) != want["sha256"]:
         return "content differs"
     if "text" in want and read_text(path).strip() != want["text"].strip():
@@ -99,14 +114,6 @@ def installed_packages(status_text: str) -> set[str]:
         if fields.get("Status") == "install ok installed" and "Package" in fields:
             names.add(fields["Package"])
     return names
-
-
-def read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return ""
 
 
 def user_drift(name: str, want: Mapping[str, str]) -> str | None:
@@ -130,8 +137,20 @@ def group_exists(name: str) -> bool:
     return True
 
 
-def in_venv(venv: str) -> bool:
-    return os.path.realpath(sys.prefix) == os.path.realpath(venv)
+def missing_imports(venv: str, modules: Sequence[str]) -> list[str] | None:
+    """Modules the venv's interpreter cannot find (located, not imported); None when it does not run."""
+    python = os.path.join(venv, "bin", "python")
+    try:
+        proc = subprocess.run([python, "-c", FIND_CODE, *modules], capture_output=True, text=True, check=False,
+                              timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    try:
+        return list(json.loads(proc.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        return None
 
 
 def probe_section(spec: Mapping[str, Any], dpkg_status: str = DPKG_STATUS) -> dict[str, Any]:
@@ -150,25 +169,12 @@ def probe_section(spec: Mapping[str, Any], dpkg_status: str = DPKG_STATUS) -> di
         if why:
             drift[f"user {name}"] = why
     missing: list[str] | None = None
-    if "venv" in spec:
-        if in_venv(spec["venv"]):
-            missing = [name for name in spec.get("imports", []) if importlib.util.find_spec(name) is None]
-        else:
+    if spec.get("venv"):
+        missing = missing_imports(spec["venv"], spec.get("imports", []))
+        if missing is None:
             drift[spec["venv"]] = "its interpreter does not run"
     return {"drift": drift, "missing": missing}
 
 
-def probe(spec: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {name: probe_section(section) for name, section in spec.items()}
-
-
-def main(argv: Sequence[str]) -> int:
-    if len(argv) != 1:
-        print("usage: state_probe.py SPEC_JSON", file=sys.stderr)
-        return 2
-    print(json.dumps(probe(json.loads(argv[0])), sort_keys=True))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def probe(spec: Mapping[str, Mapping[str, Any]], dpkg_status: str = DPKG_STATUS) -> dict[str, dict[str, Any]]:
+    return {name: probe_section(section, dpkg_status) for name, section in spec.items()}

@@ -1,0 +1,1 @@
+../../../../../../../tfcluster/drivers.py

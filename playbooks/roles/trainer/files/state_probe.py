@@ -1,1 +1,0 @@
-../../python_runtime/files/state_probe.py

@@ -1,0 +1,38 @@
+"""Every role states the same min_ansible_version, equal to the collection's requires_ansible; every module of the
+deploy area documents itself and supports check mode."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+ROLES = sorted((REPO / "playbooks" / "roles").glob("*/meta/main.yml"))
+COLLECTION = REPO / "playbooks/collections/ansible_collections/tfcluster/cluster"
+MODULES = ("state_probe", "release", "manifest_info", "driver_facts")
+
+
+def requires_ansible() -> str:
+    return str(yaml.safe_load((COLLECTION / "meta/runtime.yml").read_text())["requires_ansible"]).lstrip(">=")
+
+
+@pytest.mark.parametrize("meta", ROLES, ids=lambda p: p.parent.parent.name)
+def test_min_ansible_version_is_the_collections(meta: Path) -> None:
+    version = str(yaml.safe_load(meta.read_text())["galaxy_info"]["min_ansible_version"])
+    assert version == requires_ansible(), f"{meta}: {version} != meta/runtime.yml requires_ansible"
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_documents_itself_and_supports_check_mode(name: str) -> None:
+    source = (COLLECTION / "plugins/modules" / f"{name}.py").read_text()
+    tree = ast.parse(source)
+    assigned = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                if isinstance(t, ast.Name)}
+    assert {"DOCUMENTATION", "EXAMPLES", "RETURN"} <= assigned
+    doc = yaml.safe_load(next(node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                              and getattr(node.targets[0], "id", "") == "DOCUMENTATION"))
+    assert doc["module"] == name and doc["attributes"]["check_mode"]["support"] == "full"
+    assert "supports_check_mode=True" in source
