@@ -64,7 +64,7 @@ def test_sigkill_worker_restarts_and_resumes_from_backup(flow_lab: Flows) -> Non
         journal = flow_lab.journal("f-w0", job)
         assert any("Scheduled restart job" in line for line in journal), journal
         assert any("status=9/KILL" in line for line in journal), journal
-        metrics = json.loads((flow_lab.artifacts(job) / "metrics.json").read_text())
+        metrics = json.loads((flow_lab.artifacts(job) / "current" / "metrics.json").read_text())
         assert metrics["epochs"] == 3, metrics
         assert metrics["resumes"] >= 1 and metrics["initial_epoch"] >= 1, metrics
         assert metrics["epochs_this_run"] == 3 - metrics["initial_epoch"], metrics
@@ -89,13 +89,12 @@ def test_cut_worker_fails_fast_naming_it_then_rerun_resumes(flow_lab: Flows) -> 
         assert failed_after <= STALL_TIMEOUT + 60, run.describe()
         assert "f-w1" in run.output and "Every task of the job was stopped" in run.output, run.describe(120)
         assert_all_stopped(flow_lab, job, ["f-chief", "f-w0"])
-        assert not (flow_lab.artifacts(job) / "DONE").exists(), "a half-finished checkpoint was collected"
-        assert not (flow_lab.artifacts(job) / "export").exists(), "a half-finished checkpoint was collected"
+        assert not (flow_lab.artifacts(job) / "current").exists(), "a half-finished checkpoint was collected"
         flow_lab.lab.restore("f-w1")
         wait_until(lambda: flow_lab.lab.reachable("f-w1"), 30, "f-w1 not reachable after restore")
         rerun = flow_lab.run("train.yml", hosts_file, job, evars, timeout=900)
         assert rerun.returncode == 0, rerun.describe(120)
-        metrics = json.loads((flow_lab.artifacts(job) / "metrics.json").read_text())
+        metrics = json.loads((flow_lab.artifacts(job) / "current" / "metrics.json").read_text())
         assert metrics["epochs"] == 3 and metrics["resumes"] >= 1 and metrics["initial_epoch"] >= 1, metrics
     finally:
         if flow_lab.lab.is_cut("f-w1"):
@@ -128,7 +127,7 @@ def test_rebooted_worker_fails_the_job_cleanly(flow_lab: Flows) -> None:
         # down), not at a timeout: the wait sees f-w0 unreachable, or its unit gone after it was seen running.
         assert failed_after <= 180, run.describe(120)
         assert "f-w0" in run.output and "Every task of the job was stopped" in run.output, run.describe(120)
-        assert not (flow_lab.artifacts(job) / "DONE").exists()
+        assert not (flow_lab.artifacts(job) / "current").exists()
         wait_until(lambda: flow_lab.lab.boots("f-w0") > boots, 60, "f-w0 did not reboot")
         flow_lab.lab.wait_ready(["f-w0"])
         assert_all_stopped(flow_lab, job, HOSTS)

@@ -67,7 +67,7 @@ def test_mwms_trains_collects_and_rerun_is_noop(flow_lab: Flows) -> None:
             assert props["Result"] == "success" and props["ExecMainStatus"] == "0", (host, props)
             assert props["ActiveState"] == "inactive", (host, props)
         # Workers ran with MultiWorkerMirrored across 3 replicas and exited 0; the chief's artifacts came home.
-        dest = flow_lab.artifacts(job)
+        dest = flow_lab.artifacts(job) / "current"  # the collector's verified copy
         assert verify_dir(dest) > 0  # DONE there, every file of MANIFEST.sha256 with its sha256
         metrics = json.loads((dest / "metrics.json").read_text())
         assert metrics["strategy"] == "multi_worker_mirrored", metrics
