@@ -16,6 +16,7 @@ SCRIPT   ?=## bring your own training script instead of the built-in trainer
 SCRIPT_ARGS ?=## arguments of SCRIPT (split like a shell would, passed as literal arguments)
 SCRIPT_REQUIREMENTS ?=## requirements file of SCRIPT (installed into the runtime venv)
 KERAS    ?= legacy## SCRIPT jobs: legacy (tf-keras, works under every strategy) | 3 (a script written for Keras 3)
+DATASETS ?=## SCRIPT jobs: datasets copied to every host's dataset dir (TFCLUSTER_DATASETS), e.g. mnist
 TRAINER_ARGS ?=## extra arguments of the built-in trainer
 EPOCHS   ?=## override the trainer's epoch count
 MAX_DURATION ?=## job deadline, e.g. 4h: every task saves a backup and stops; a re-run resumes
@@ -28,11 +29,13 @@ TTL      ?=## CLUSTER=aws: cluster lifetime in the tfcluster:expires tag (defaul
 FORCE    ?=## destroy: 1 destroys even when a finished job was never collected
 YES      ?=## clean-artifacts: 1 deletes without asking
 HOST     ?=## logs: the host whose job log to follow (default the chief)
+PREPARE  ?=## force: run every prepare role even where the prepared digest says nothing changed
+GPU      ?=## wheelhouse: 1 adds the CUDA wheels (an air-gapped GPU cluster)
 PYTEST_ARGS ?=## extra pytest arguments, e.g. -k inventory
 ANSIBLE_ARGS ?=## extra ansible-playbook arguments (trusted), e.g. -e tf_job_stall_timeout=120
 WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tfcluster.wheelhouse)
 export CLUSTER WORKERS JOB STRATEGY HOSTS SCRIPT SCRIPT_ARGS SCRIPT_REQUIREMENTS KERAS TRAINER_ARGS EPOCHS
-export MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE YES IDLE MODE DOWN TTL
+export MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE YES IDLE MODE DOWN TTL DATASETS PREPARE
 
 VENV := .venv
 PY   := $(VENV)/bin/python
@@ -149,6 +152,14 @@ lint: setup ## ruff (with complexity), ansible-lint (production profile), terraf
 	$(VENV)/bin/ansible-lint --offline playbooks/ molecule/default/
 	terraform fmt -check -recursive -diff infra
 	.cache/venvs/checkov/bin/checkov -d infra --framework terraform --skip-download --quiet --compact
+
+.PHONY: lock
+lock: setup ## Regenerate the hash-pinned host requirements (trainer/requirements.txt -> python_runtime's locks)
+	$(PY) -m tfcluster.lock compile
+
+.PHONY: wheelhouse
+wheelhouse: setup ## Build the air-gapped wheelhouse for on-prem hosts from the locks (GPU=1: with the CUDA wheels)
+	$(PY) -m tfcluster.wheelhouse $(if $(filter 1,$(GPU)),--gpu)
 
 .PHONY: bench
 bench: setup ## Benchmarks (print ratios measured in one run)

@@ -128,7 +128,23 @@ def playbook_vars(settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
         trusted["tfcluster_max_duration"] = settings.max_duration
     if settings.cluster == "onprem" and settings.wheelhouse is not None and settings.wheelhouse.is_dir():
         untrusted["python_runtime_wheelhouse"] = str(settings.wheelhouse)
+    if settings.datasets:
+        trusted["tfcluster_datasets"] = list(settings.datasets)
+    if settings.prepare_force:
+        trusted["tfcluster_prepare_force"] = True
+    if os.environ.get(contract.ENV_S3_ENDPOINT_URL):
+        untrusted["tfcluster_s3_endpoint_url"] = os.environ[contract.ENV_S3_ENDPOINT_URL]
     return trusted, untrusted
+
+
+def cluster_vars(settings: Settings) -> dict[str, Any]:
+    """What the applied Terraform root tells the playbooks (CLUSTER=aws): where backups go (checkpoint_s3)."""
+    if settings.cluster != "aws" or not (tf_dir_of(settings) / "terraform.tfstate").is_file():
+        return {}
+    from tfcluster import provision_aws, terraform
+
+    outputs = provision_aws.outputs(tf_dir_of(settings), terraform.terraform_env(cluster="aws"))
+    return {"tfcluster_checkpoint_s3": outputs["checkpoint_s3"]} if outputs.get("checkpoint_s3") else {}
 
 
 def read_ledger(directory: Path) -> dict[str, Any]:
@@ -185,6 +201,7 @@ class Command:
         log = paths.log_file(self.job_dir, action)
         events_file = log.with_suffix(".events.jsonl")
         trusted, untrusted = playbook_vars(self.s)
+        untrusted |= cluster_vars(self.s)
         extra = runner.write_extra_vars(log.parent, {**trusted, **(more_vars or {})}, untrusted)
         self.say(f"{action} job {self.s.job} on CLUSTER={self.s.cluster} ({self.s.cluster_name}); log: "
                  f"{_rel(log)}")

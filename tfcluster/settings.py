@@ -51,6 +51,8 @@ class Settings:
     auto_approve: bool = False
     host: str | None = None  # make logs HOST=...
     ansible_args: tuple[str, ...] = ()
+    datasets: tuple[str, ...] = ()  # DATASETS=mnist: what a SCRIPT job reads from $TFCLUSTER_DATASETS
+    prepare_force: bool = False  # PREPARE=force: run every role even where the prepared digest matches
     wheelhouse: Path | None = None
     cluster_name: str = ""  # TFCLUSTER_CLUSTER, default tfcluster-<cluster>
     tf_dir: Path | None = None  # TFCLUSTER_TF_DIR, default infra/<cluster>
@@ -114,63 +116,93 @@ def _name(env: Mapping[str, str], key: str, kind: str, default: str, problems: l
     return value
 
 
-def load(env: Mapping[str, str]) -> Settings:
-    """Settings from the environment the Makefile exports; raises SettingsError listing every problem."""
-    problems: list[Problem] = []
-    cluster = _choice(env, "CLUSTER", CLUSTERS, "local", problems)
-    job = _name(env, "JOB", "job", "mnist", problems)
-    cluster_name = _name(env, "TFCLUSTER_CLUSTER", "cluster", f"tfcluster-{cluster}", problems)
-    host = env.get("HOST", "").strip() or None
-    if host is not None and (problem := contract.name_problem("host", host, "HOST")):
-        problems.append(problem)
-    max_duration = ttl = None
+def _duration(env: Mapping[str, str], key: str, problems: list[Problem]) -> int | None:
     try:
-        max_duration = parse_duration(env.get("MAX_DURATION", "").strip() or "off", "MAX_DURATION")
+        return parse_duration(env.get(key, "").strip() or "off", key)
     except DurationError as exc:
         problems.append(exc.problem)
+        return None
+
+
+def _autostop(env: Mapping[str, str], problems: list[Problem]) -> dict[str, object]:
+    """make autostop IDLE=... MODE=...: the role's vars (nothing without IDLE)."""
+    if not env.get("IDLE", "").strip():
+        return {}
     try:
-        ttl = parse_duration(env.get("TTL", "").strip() or "off", "TTL")
-    except DurationError as exc:
+        return autostop_vars(env["IDLE"], env.get("MODE", "").strip() or None)
+    except SettingError as exc:
         problems.append(exc.problem)
-    autostop: dict[str, object] = {}
-    if env.get("IDLE", "").strip():
-        try:
-            autostop = autostop_vars(env["IDLE"], env.get("MODE", "").strip() or None)
-        except SettingError as exc:
-            problems.append(exc.problem)
-    down = {"": None, "1": "terminate", "0": "stop"}.get(env.get("DOWN", "").strip(), "?")
+        return {}
+
+
+def _down(env: Mapping[str, str], cluster: str, problems: list[Problem]) -> str | None:
+    """DOWN=1: an idle AWS host terminates; DOWN=0: it stops."""
+    raw = env.get("DOWN", "").strip()
+    down = {"": None, "1": "terminate", "0": "stop"}.get(raw, "?")
     if down == "?":
-        problems.append(Problem("DOWN", f"{env['DOWN']!r} is neither 1 nor 0",
+        problems.append(Problem("DOWN", f"{raw!r} is neither 1 nor 0",
                                 "DOWN=1: an idle AWS host is terminated; DOWN=0: it is stopped (the default)"))
-    elif down is not None and cluster != "aws":
+        return None
+    if down is not None and cluster != "aws":
         problems.append(Problem("DOWN", f"only CLUSTER=aws hosts can be stopped or terminated, not {cluster}",
                                 "use DOWN with CLUSTER=aws, or leave it out"))
+    return down
+
+
+def _datasets(env: Mapping[str, str], problems: list[Problem]) -> tuple[str, ...]:
+    datasets = tuple(d for d in env.get("DATASETS", "").replace(",", " ").split() if d)
+    problems.extend(Problem("DATASETS", f"{name!r} is not a dataset name", "list names like DATASETS=mnist")
+                    for name in datasets if not name.isidentifier())
+    return datasets
+
+
+def _script(env: Mapping[str, str], problems: list[Problem]) -> Path | None:
     script = _path(env, "SCRIPT", problems)
     if script is not None and not (script.is_dir() or script.suffix == ".py"):
         problems.append(Problem("SCRIPT", f"{script} is neither a .py file nor a package directory",
                                 "point SCRIPT at your training script (.py) or a package with __main__.py"))
+    return script
+
+
+def _host(env: Mapping[str, str], problems: list[Problem]) -> str | None:
+    host = env.get("HOST", "").strip() or None
+    if host is not None and (problem := contract.name_problem("host", host, "HOST")):
+        problems.append(problem)
+    return host
+
+
+def load(env: Mapping[str, str]) -> Settings:
+    """Settings from the environment the Makefile exports; raises SettingsError listing every problem."""
+    problems: list[Problem] = []
+    cluster = _choice(env, "CLUSTER", CLUSTERS, "local", problems)
+    prepare = env.get("PREPARE", "").strip()
+    if prepare not in ("", "force"):
+        problems.append(Problem("PREPARE", f"{prepare!r} is not a prepare mode",
+                                "PREPARE=force runs every prepare role even where the prepared digest matches"))
     settings = Settings(
         cluster=cluster,
-        job=job,
+        job=_name(env, "JOB", "job", "mnist", problems),
         workers=_int(env, "WORKERS", 1, problems) or 2,
         strategy=_choice(env, "STRATEGY", contract.STRATEGY_CHOICES, "auto", problems),
-        hosts_file=_path(env, "HOSTS", problems, must_exist=cluster == "onprem") if cluster == "onprem" else None,
-        script=script,
+        hosts_file=_path(env, "HOSTS", problems, must_exist=True) if cluster == "onprem" else None,
+        script=_script(env, problems),
         script_args=_words(env, "SCRIPT_ARGS", problems),
         script_requirements=_path(env, "SCRIPT_REQUIREMENTS", problems),
         script_keras=_choice(env, "KERAS", KERAS, "legacy", problems),
         trainer_args=_words(env, "TRAINER_ARGS", problems),
         epochs=_int(env, "EPOCHS", 1, problems),
-        max_duration=max_duration,
-        autostop=autostop,
-        ttl=ttl,
-        down=down if down != "?" else None,
+        max_duration=_duration(env, "MAX_DURATION", problems),
+        autostop=_autostop(env, problems),
+        ttl=_duration(env, "TTL", problems),
+        down=_down(env, cluster, problems),
         verbose=_flag(env, "VERBOSE"),
         auto_approve=_flag(env, "AUTO_APPROVE"),
-        host=host,
+        host=_host(env, problems),
         ansible_args=_words(env, "ANSIBLE_ARGS", problems),
+        datasets=_datasets(env, problems),
+        prepare_force=prepare == "force",
         wheelhouse=_path(env, "WHEELHOUSE", problems, must_exist=False),
-        cluster_name=cluster_name,
+        cluster_name=_name(env, "TFCLUSTER_CLUSTER", "cluster", f"tfcluster-{cluster}", problems),
         tf_dir=_path(env, "TFCLUSTER_TF_DIR", problems, must_exist=False),
     )
     if problems:

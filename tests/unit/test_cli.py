@@ -39,6 +39,8 @@ def test_defaults_are_the_demo() -> None:
     ({"TFCLUSTER_CLUSTER": "Bad_Name"}, "TFCLUSTER_CLUSTER: 'Bad_Name' is not a valid cluster name"),
     ({"HOST": "w 1"}, "HOST: 'w 1' is not a valid host name"),
     ({"KERAS": "2"}, "KERAS: '2' is not one of legacy, 3"),
+    ({"PREPARE": "yes"}, "PREPARE: 'yes' is not a prepare mode. Fix: PREPARE=force runs every prepare role"),
+    ({"DATASETS": "mnist,../x"}, "DATASETS: '../x' is not a dataset name"),
 ])
 def test_every_bad_setting_is_named_with_a_fix(env: dict[str, str], line: str) -> None:
     with pytest.raises(settings.SettingsError) as caught:
