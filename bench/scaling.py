@@ -3,7 +3,7 @@
 efficiency = examples/s(2 workers) / (2 x examples/s(1 worker)), for the reference CNN and a compute-heavier
 configuration (``--model cnn-heavy``, larger per-replica batch). Also prints the longest epoch-boundary gap and the
 end-of-fit teardown of each run (from the chief's metrics.json). TF sizes its own thread pools (forcing one thread
-was 4x slower, DESIGN.md). One run per configuration by default (``--repeats`` for medians); not a timed test.
+was 4x slower, measured). One run per configuration by default (``--repeats`` for medians); not a timed test.
 
     .venv/bin/python bench/scaling.py [--configs cnn,cnn-heavy] [--epochs 4] [--repeats 1] [--json OUT]
 """

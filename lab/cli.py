@@ -6,6 +6,8 @@
     python -m lab ssh HOST [COMMAND...]       root shell / command on a host
     python -m lab cut HOST | restore HOST    take a host's link down / up
     python -m lab reboot HOST                reboot a host and wait until it is back
+    python -m lab rekey HOST                 give a host a new SSH host key (a changed host)
+    python -m lab isolate | rejoin           (a lab up with --bastion NAME) hosts only through the bastion / again
     python -m lab env                        TFCLUSTER_SOURCE/TFCLUSTER_HOSTS_FILE for the inventory
     python -m lab down [--all]               stop everything; safe to re-run
 
@@ -20,11 +22,13 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from lab.admin import leftovers, running_labs, setup
 from lab.config import DEFAULT_LAB, DEFAULT_PORT, LabError, default_slots, parse_slots
-from lab.lab import Lab, default_lab_dir, leftovers, running_labs, setup
+from lab.lab import Lab
+from lab.paths import default_lab_dir
 
 log = logging.getLogger("lab")
 
@@ -52,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"training port of each host ({DEFAULT_PORT})")
     p.add_argument("--bind-ro", action="append", default=[], metavar="PATH",
                    help="bind PATH read-only at the same path into every host (e.g. the project venv)")
+    p.add_argument("--bastion", default=None, metavar="NAME",
+                   help="add a jump host NAME with a leg on a front bridge (then `isolate` the lab)")
 
     p = sub.add_parser("down", help="stop the lab and remove everything it made (safe to re-run)")
     _lab_arg(p)
@@ -62,10 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     for name, text in (("cut", "take the host's link down"), ("restore", "bring the host's link back up"),
-                       ("reboot", "reboot the host and wait until it is back")):
+                       ("reboot", "reboot the host and wait until it is back"),
+                       ("rekey", "give the host a new SSH host key (prints it)")):
         p = sub.add_parser(name, help=text)
         _lab_arg(p)
         p.add_argument("host")
+
+    for name, text in (("isolate", "take the control machine off the lab bridge (reach hosts via the bastion)"),
+                       ("rejoin", "undo isolate")):
+        _lab_arg(sub.add_parser(name, help=text))
 
     p = sub.add_parser("ssh", help="ssh to a host as root (a command, or an interactive shell)")
     _lab_arg(p)
@@ -100,27 +111,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         setup(lab_dir, mirror=getattr(args, "mirror", None), rebuild=getattr(args, "rebuild", False))
         return 0
     if cmd == "up":
-        try:
-            slots = parse_slots(args.slots) if args.slots else default_slots(args.hosts)
-        except LabError as exc:
-            log.error("%s", exc)
-            return 2
-        names = [n.strip() for n in args.names.split(",")] if args.names else None
-        lab = Lab(slots=slots, name=args.name, names=names, subnet=args.subnet, port=args.port,
-                  bind_ro=args.bind_ro, lab_dir=lab_dir)
-        try:
-            lab.start()
-        except LabError as exc:
-            log.error("%s", exc)
-            lab.down()
-            return 1
-        except BaseException:
-            lab.down()
-            raise
-        _print_status(lab, as_json=False)
-        print(f"\nhost file: {lab.hosts_file}\nssh:       ssh -F {lab.ssh_config} HOST")
-        print(f"boot:      {lab.boot_seconds:.1f} s")
-        return 0
+        return _up(args, lab_dir)
     if cmd == "down":
         names = running_labs(lab_dir) if args.all else [args.name]
         for name in names:
@@ -131,21 +122,53 @@ def _dispatch(args: argparse.Namespace) -> int:
         print("\n".join(found) if found else "nothing left")
         return 1 if found else 0
     lab = Lab.attach(args.name, lab_dir)
-    if cmd == "status":
-        _print_status(lab, as_json=args.json)
-    elif cmd == "cut":
-        lab.cut(args.host)
-    elif cmd == "restore":
-        lab.restore(args.host)
-    elif cmd == "reboot":
-        lab.reboot(args.host)
-    elif cmd == "env":
-        for key, value in lab.inventory_env().items():
-            print(f"export {key}={value}")
-    elif cmd == "ssh":
+    if cmd == "ssh":
         argv = lab.ssh_argv(args.host) + list(args.remote)
         sys.stdout.flush()
         os.execvp(argv[0], argv)
+    ON_LAB[cmd](lab, args)
+    return 0
+
+
+def _env(lab: Lab, _args: argparse.Namespace) -> None:
+    for key, value in lab.inventory_env().items():
+        print(f"export {key}={value}")
+
+
+# Commands on a running lab: (lab, args) -> None.
+ON_LAB: dict[str, Callable[[Lab, argparse.Namespace], object]] = {
+    "status": lambda lab, args: _print_status(lab, as_json=args.json),
+    "cut": lambda lab, args: lab.cut(args.host),
+    "restore": lambda lab, args: lab.restore(args.host),
+    "reboot": lambda lab, args: lab.reboot(args.host),
+    "rekey": lambda lab, args: print(lab.rekey(args.host)),
+    "isolate": lambda lab, _args: lab.isolate(),
+    "rejoin": lambda lab, _args: lab.rejoin(),
+    "env": _env,
+}
+
+
+def _up(args: argparse.Namespace, lab_dir: Path) -> int:
+    try:
+        slots = parse_slots(args.slots) if args.slots else default_slots(args.hosts)
+    except LabError as exc:
+        log.error("%s", exc)
+        return 2
+    names = [n.strip() for n in args.names.split(",")] if args.names else None
+    lab = Lab(slots=slots, name=args.name, names=names, subnet=args.subnet, port=args.port,
+              bind_ro=args.bind_ro, lab_dir=lab_dir, bastion=args.bastion)
+    try:
+        lab.start()
+    except LabError as exc:
+        log.error("%s", exc)
+        lab.down()
+        return 1
+    except BaseException:
+        lab.down()
+        raise
+    _print_status(lab, as_json=False)
+    print(f"\nhost file: {lab.hosts_file}\nssh:       ssh -F {lab.ssh_config} HOST")
+    print(f"boot:      {lab.boot_seconds:.1f} s")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Pure parts of the lab: names, slots, addresses and the text of every file the lab writes.
+"""Pure parts of the lab: names, slots, addresses, users and the spec of a lab (lab/render.py writes its files).
 
 Nothing here touches the machine; `lab.lab` does that with these values.
 """
@@ -8,10 +8,10 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from tfcluster.contract import TASK_TYPES
+from tfcluster.contract import CHIEF, TASK_TYPES, WORKER
 
 DEFAULT_LAB = "tfclab"
 DEFAULT_PORT = 12345  # training port; every lab host has its own address, so all use the same port
@@ -25,6 +25,9 @@ SUBNET_CANDIDATES: tuple[str, ...] = tuple(f"10.247.{n}.0/24" for n in range(61,
 # nspawn names the outer end of a host's veth "vb-" + machine name and interface names have at most 15
 # characters, so host names stay within 12. The bridge is "br-" + lab name, same limit.
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,11}$")
+_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+BASTION = "bastion"  # task type of a lab's jump host (no member of the cluster)
+MAX_SSHD_DELAY = 80
 
 
 class LabError(RuntimeError):
@@ -33,7 +36,11 @@ class LabError(RuntimeError):
 
 @dataclass(frozen=True)
 class LabHost:
-    """One lab host: its slot, its address on the lab bridge and its training port."""
+    """One lab host: its slot, its address on the lab bridge and its training port.
+
+    A bastion (``task_type`` BASTION) is no member of the cluster: a jump host with a second leg on the front bridge
+    (``front_address``), the only way in once the lab is isolated. ``sshd_delay``: sshd starts that many seconds
+    after boot (a fresh cloud instance)."""
 
     name: str
     address: str
@@ -41,25 +48,47 @@ class LabHost:
     index: int
     port: int = DEFAULT_PORT
     gpus: int = 0
+    sshd_delay: int = 0
+    front_address: str | None = None
 
     @property
     def veth(self) -> str:
         """The outer end of the host's link (created by systemd-nspawn --network-bridge)."""
         return f"vb-{self.name}"
 
+    @property
+    def front_veth(self) -> str:
+        """The outer end of a bastion's front link (systemd-nspawn --network-veth-extra)."""
+        return f"vf-{self.name}"
+
+    @property
+    def member(self) -> bool:
+        return self.task_type in TASK_TYPES
+
 
 @dataclass(frozen=True)
 class LabSpec:
-    """Everything that describes a lab before it boots."""
+    """Everything that describes a lab before it boots.
+
+    ``user``/``user_key``: a login user with passwordless sudo on every host, authorized for that public key (as on
+    a cloud image: ubuntu with the key pair's key); root keeps the lab's own key. ``front_subnet``: the network of
+    the front bridge, where the control machine reaches the bastion."""
 
     name: str
     subnet: str
     hosts: tuple[LabHost, ...]
     bind_ro: tuple[str, ...] = field(default=())
+    front_subnet: str | None = None
+    user: str | None = None
+    user_key: str | None = None
 
     @property
     def bridge(self) -> str:
         return bridge_name(self.name)
+
+    @property
+    def front_bridge(self) -> str:
+        return front_bridge_name(self.name)
 
     @property
     def network(self) -> ipaddress.IPv4Network:
@@ -68,6 +97,23 @@ class LabSpec:
     @property
     def control_address(self) -> str:
         return str(self.network.network_address + 1)
+
+    @property
+    def front_subnet_prefix(self) -> int | None:
+        return ipaddress.IPv4Network(self.front_subnet).prefixlen if self.front_subnet else None
+
+    @property
+    def front_control_address(self) -> str | None:
+        return str(ipaddress.IPv4Network(self.front_subnet).network_address + 1) if self.front_subnet else None
+
+    @property
+    def members(self) -> tuple[LabHost, ...]:
+        """The cluster's hosts (every host but the bastion)."""
+        return tuple(h for h in self.hosts if h.member)
+
+    @property
+    def bastion(self) -> LabHost | None:
+        return next((h for h in self.hosts if not h.member), None)
 
     def host(self, name: str) -> LabHost:
         for host in self.hosts:
@@ -82,8 +128,8 @@ class LabSpec:
     @classmethod
     def from_json(cls, text: str) -> LabSpec:
         raw = json.loads(text)
-        hosts = tuple(LabHost(**h) for h in raw["hosts"])
-        return cls(name=raw["name"], subnet=raw["subnet"], hosts=hosts, bind_ro=tuple(raw.get("bind_ro", ())))
+        hosts = tuple(LabHost(**h) for h in raw.pop("hosts"))
+        return cls(hosts=hosts, **{**raw, "bind_ro": tuple(raw.get("bind_ro", ()))})
 
 
 def check_name(name: str, what: str = "host name") -> str:
@@ -96,6 +142,11 @@ def check_name(name: str, what: str = "host name") -> str:
 
 def bridge_name(lab: str) -> str:
     return f"br-{check_name(lab, 'lab name')}"
+
+
+def front_bridge_name(lab: str) -> str:
+    """The bridge of a lab's front network (control machine and bastion)."""
+    return f"bf-{check_name(lab, 'lab name')}"
 
 
 def parse_slots(text: str) -> tuple[str, ...]:
@@ -119,7 +170,7 @@ def default_slots(count: int) -> tuple[str, ...]:
     """A chief and ``count - 1`` workers: valid for MultiWorkerMirrored and the usual first layout."""
     if count < 1:
         raise LabError(f"--hosts {count}: a lab needs at least one host")
-    return ("chief",) + ("worker",) * (count - 1)
+    return (CHIEF,) + (WORKER,) * (count - 1)
 
 
 def slot_names(slots: Sequence[str]) -> list[tuple[str, str, int]]:
@@ -161,124 +212,91 @@ def check_subnet(subnet: str, count: int, used: Iterable[str] = ()) -> str:
 
 
 def make_spec(name: str, slots: Sequence[str], subnet: str, *, port: int = DEFAULT_PORT,
-              names: Sequence[str] | None = None, bind_ro: Sequence[str] = ()) -> LabSpec:
-    """The lab's hosts: slot names (or ``names``), addresses .11, .12, ... in ``subnet``."""
+              names: Sequence[str] | None = None, bind_ro: Sequence[str] = (), addresses: Sequence[str] | None = None,
+              bastion: str | None = None, front_subnet: str | None = None, user: str | None = None,
+              user_key: str | None = None, sshd_delay: Mapping[str, int] | None = None) -> LabSpec:
+    """The lab's hosts: slot names (or ``names``) at ``addresses`` (default .11, .12, ... of ``subnet``), and a
+    ``bastion`` host at the top of the subnet with a leg on ``front_subnet``."""
     check_name(name, "lab name")
     slots = check_slots(slots)
     subnet = check_subnet(subnet, len(slots))
     if not 1 <= port <= 65535:
         raise LabError(f"--port {port} is not a TCP port (1..65535)")
     per_slot = slot_names(slots)
-    if names is None:
-        names = [n for n, _, _ in per_slot]
+    names = list(names) if names is not None else [n for n, _, _ in per_slot]
     if len(names) != len(slots):
         raise LabError(f"{len(names)} host names for {len(slots)} slots; give one name per slot")
-    if len(set(names)) != len(names):
-        raise LabError(f"host names repeat: {', '.join(names)}; give each host its own name")
-    base = ipaddress.IPv4Network(subnet).network_address + HOST_OFFSET + 1
-    hosts = tuple(
-        LabHost(name=check_name(host_name), address=str(base + i), task_type=task_type, index=index, port=port)
-        for i, (host_name, (_, task_type, index)) in enumerate(zip(names, per_slot, strict=True))
-    )
+    addresses = check_addresses(subnet, addresses, len(slots))
+    delays = dict(sshd_delay or {})
+    hosts = [LabHost(name=check_name(host_name), address=address, task_type=task_type, index=index, port=port,
+                     sshd_delay=delays.pop(host_name, 0))
+             for host_name, address, (_, task_type, index) in zip(names, addresses, per_slot, strict=True)]
+    if bastion is not None:
+        hosts.append(bastion_host(check_name(bastion), subnet, front_subnet, addresses, port=port,
+                                  delay=delays.pop(bastion, 0)))
+    all_names = [h.name for h in hosts]
+    if len(set(all_names)) != len(all_names):
+        raise LabError(f"host names repeat: {', '.join(all_names)}; give each host its own name")
+    check_delays(delays, hosts)
     for path in bind_ro:
         if not path.startswith("/"):
             raise LabError(f"--bind-ro {path!r} must be an absolute path")
-    return LabSpec(name=name, subnet=subnet, hosts=hosts, bind_ro=tuple(bind_ro))
+    check_user(user, user_key)
+    return LabSpec(name=name, subnet=subnet, hosts=tuple(hosts), bind_ro=tuple(bind_ro),
+                   front_subnet=front_subnet if bastion else None, user=user, user_key=user_key)
 
 
-# ---- files written into each host ---------------------------------------------------------------------------
-
-def render_etc_hosts(spec: LabSpec) -> str:
-    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback",
-             f"{spec.control_address}\t{CONTROL_NAME}"]
-    lines += [f"{h.address}\t{h.name}" for h in spec.hosts]
-    return "\n".join(lines) + "\n"
-
-
-def render_network(host: LabHost, spec: LabSpec) -> str:
-    """systemd-networkd file for host0 (the container end of the veth): a static address that survives a cut.
-
-    No gateway: the lab is air-gapped, anything off the bridge fails at once with "Network is unreachable".
-    """
-    return (
-        "# Written by lab: a static address on the lab bridge.\n"
-        "[Match]\nName=host0\n\n"
-        "[Link]\nRequiredForOnline=yes\n\n"
-        "[Network]\n"
-        f"Address={host.address}/{spec.network.prefixlen}\n"
-        "LinkLocalAddressing=no\nIPv6AcceptRA=no\n"
-        "ConfigureWithoutCarrier=yes\nIgnoreCarrierLoss=yes\n"
-    )
+def check_addresses(subnet: str, addresses: Sequence[str] | None, count: int) -> list[str]:
+    """Given addresses (each in ``subnet``, none the network's, the broadcast or the control machine's .1, no
+    repeats), or .11, .12, ... of ``subnet``."""
+    network = ipaddress.IPv4Network(subnet)
+    if addresses is None:
+        return [str(network.network_address + HOST_OFFSET + 1 + i) for i in range(count)]
+    if len(addresses) != count:
+        raise LabError(f"{len(addresses)} addresses for {count} slots; give one address per slot")
+    reserved = {network.network_address, network.broadcast_address, network.network_address + 1}
+    for address in addresses:
+        try:
+            parsed = ipaddress.IPv4Address(address)
+        except ValueError:
+            raise LabError(f"address {address!r} is not an IPv4 address") from None
+        if parsed not in network or parsed in reserved:
+            raise LabError(f"address {address} is not a host address of {subnet} other than .1 (the control "
+                           "machine's)")
+    if len(set(addresses)) != len(addresses):
+        raise LabError(f"addresses repeat: {', '.join(addresses)}")
+    return list(addresses)
 
 
-SSHD_CONFIG = (
-    "# Written by lab.\n"
-    "HostKey /etc/ssh/ssh_host_ed25519_key\n"
-    "PermitRootLogin prohibit-password\n"
-    "PasswordAuthentication no\n"
-    "KbdInteractiveAuthentication no\n"
-    "UseDNS no\n"
-    "MaxStartups 64:30:128\n"
-    "MaxSessions 64\n"
-)
+def bastion_host(name: str, subnet: str, front_subnet: str | None, taken: Sequence[str], *, port: int,
+                 delay: int) -> LabHost:
+    """The jump host: the highest free address of ``subnet``, and .11 of the front network."""
+    if front_subnet is None:
+        raise LabError("a bastion needs a front network (front_subnet) where the control machine reaches it")
+    network = ipaddress.IPv4Network(subnet)
+    front = ipaddress.IPv4Network(check_subnet(front_subnet, 1))
+    if front.overlaps(network):
+        raise LabError(f"the front network {front_subnet} overlaps the lab's {subnet}; pick another")
+    address = next(str(a) for a in reversed(list(network.hosts())) if str(a) not in taken)
+    return LabHost(name=name, address=address, task_type=BASTION, index=0, port=port, sshd_delay=delay,
+                   front_address=str(front.network_address + HOST_OFFSET + 1))
 
 
-# ---- files written for the control machine -------------------------------------------------------------------
-
-def render_hosts_file(spec: LabSpec, private_key: str) -> str:
-    """The on-prem host file for the inventory's static source (TFCLUSTER_SOURCE=static, TFCLUSTER_HOSTS_FILE).
-
-    Format of inventory/onprem.example.yml. The static source accepts no key path, so Ansible gets the private key
-    from ANSIBLE_PRIVATE_KEY_FILE (``Lab.inventory_env()``); the comment names it for a reader.
-    Hand-written YAML (every value is a checked name, address or number) so the tool needs no PyYAML.
-    """
-    lines = [
-        f"# On-prem host file written by lab for lab {spec.name!r}; `python -m lab down` removes it.",
-        f"# SSH key: ANSIBLE_PRIVATE_KEY_FILE={private_key}  (`python -m lab env --name {spec.name}`)",
-        f"cluster_name: {spec.name}",
-        "hosts:",
-    ]
-    for h in spec.hosts:
-        lines += [
-            f"  - name: {h.name}",
-            f"    address: {h.address}",
-            f"    ssh_user: {SSH_USER}",
-            f"    ssh_port: {SSH_PORT}",
-            f"    task_type: {h.task_type}",
-            f"    task_index: {h.index}",
-            f"    port: {h.port}",
-            f"    gpus: {h.gpus}",
-        ]
-    return "\n".join(lines) + "\n"
+def check_delays(unknown: Mapping[str, int], hosts: Sequence[LabHost]) -> None:
+    if unknown:
+        raise LabError(f"sshd_delay names no host of the lab: {', '.join(sorted(unknown))}")
+    for host in hosts:
+        if not 0 <= host.sshd_delay <= MAX_SSHD_DELAY:
+            raise LabError(f"sshd_delay of {host.name} is {host.sshd_delay} s; use 0..{MAX_SSHD_DELAY} (systemd gives "
+                           "a start 90 s)")
 
 
-def render_ssh_config(spec: LabSpec, private_key: str, known_hosts: str) -> str:
-    """``ssh -F FILE HOST`` reaches a lab host by name with strict host key checking against our known_hosts."""
-    blocks = [f"# ssh config written by lab for lab {spec.name!r}"]
-    for h in spec.hosts:
-        blocks.append(
-            f"Host {h.name} {h.address}\n"
-            f"  HostName {h.address}\n"
-            f"  User {SSH_USER}\n"
-            f"  Port {SSH_PORT}\n"
-            f"  IdentityFile {private_key}\n"
-            "  IdentitiesOnly yes\n"
-            "  StrictHostKeyChecking yes\n"
-            f"  UserKnownHostsFile {known_hosts}\n"
-            "  GlobalKnownHostsFile /dev/null\n"
-            "  ConnectTimeout 5\n"
-            "  ServerAliveInterval 5\n"
-            "  ServerAliveCountMax 3\n"
-            "  BatchMode yes\n"
-            "  LogLevel ERROR"
-        )
-    return "\n\n".join(blocks) + "\n"
-
-
-def render_known_hosts(entries: Iterable[tuple[LabHost, str]]) -> str:
-    """``known_hosts`` lines from each host's public host key (``"ssh-ed25519 AAAA... comment"``)."""
-    lines = []
-    for host, public_key in entries:
-        kind, blob = public_key.split()[:2]
-        lines.append(f"{host.name},{host.address} {kind} {blob}")
-    return "\n".join(lines) + "\n"
+def check_user(user: str | None, key: str | None) -> None:
+    if user is None and key is None:
+        return
+    if user is None or not _USER_RE.match(user) or user == SSH_USER:
+        raise LabError(f"user {user!r} is not a login name for the lab to create: use lowercase letters, digits, _ "
+                       "and - (not root)")
+    parts = (key or "").split()
+    if len(parts) < 2 or not parts[0].startswith(("ssh-", "ecdsa-", "sk-")):
+        raise LabError(f"user_key of {user} is not an OpenSSH public key line (\"ssh-ed25519 AAAA... comment\")")

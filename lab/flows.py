@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import Lab
+from tfcluster.contract import CHIEF, PS, WORKER
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.prefix) / "bin"
@@ -31,8 +32,8 @@ PLAYBOOKS = Path(os.environ.get("TFCLUSTER_FLOW_PLAYBOOKS", REPO / "playbooks"))
 FLOW_LAB = "flow"
 # Host names of the shared flow lab; slots come from each flow's own host file.
 FLOW_NAMES = ("f-chief", "f-w0", "f-w1", "f-ps")
-MWMS_SLOTS = (("f-chief", "chief", 0), ("f-w0", "worker", 0), ("f-w1", "worker", 1))
-PS_SLOTS = (("f-chief", "chief", 0), ("f-ps", "ps", 0), ("f-w0", "worker", 0), ("f-w1", "worker", 1))
+MWMS_SLOTS = (("f-chief", CHIEF, 0), ("f-w0", WORKER, 0), ("f-w1", WORKER, 1))
+PS_SLOTS = (("f-chief", CHIEF, 0), ("f-ps", PS, 0), ("f-w0", WORKER, 0), ("f-w1", WORKER, 1))
 TRAIN_PORT = 12345
 
 # Tiny training: synthetic data, 3 epochs of a few steps (the CI budget); a status line every second.

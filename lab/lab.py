@@ -6,29 +6,31 @@
         lab.hosts_file                                         # on-prem host file for the inventory's static source
 
 Each host: an overlay over the rootfs, its own machine-id, host key, hostname, static /etc/hosts of every peer
-and a static address on host0. Each systemd-nspawn runs under a tiny sh supervisor in its own cgroup
-(``/sys/fs/cgroup/{systemd,unified}/tfcluster-lab/LAB/HOST``) that boots it again after an in-guest reboot
-(exit 133). ``down()`` stops everything it finds for the lab, from the state on disk *and* from the cgroups,
-mounts and links themselves, so it also cleans up after a crashed run, and is safe to call again.
+and a static address on host0 (lab/guest.py). Each systemd-nspawn runs under a tiny sh supervisor in its own cgroup
+that boots it again after an in-guest reboot (lab/process.py). ``down()`` stops everything it finds for the lab,
+from the state on disk *and* from the cgroups, mounts and links themselves, so it also cleans up after a crashed
+run, and is safe to call again.
+
+A cloud-like lab (the AWS twin, lab/twin.py) also takes: ``addresses`` (the instances' private IPs, in ``subnet``),
+``user``/``user_key`` (a cloud image's login user with passwordless sudo and the key pair's key), ``sshd_delay``
+({host: seconds}: sshd starts late, as on a booting instance; start() does not wait for those hosts) and ``bastion``
+(a jump host with a second leg on a front bridge; ``isolate()`` then takes the control machine off the lab bridge).
+``rekey(host)`` gives a host a new SSH host key.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
-import signal
-import socket
 import subprocess
 import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from contextlib import suppress
 from pathlib import Path
 
-from lab import system
+from lab import guest, process, system
+from lab.access import Access, port_open, ssh_address
+from lab.admin import locked, setup
 from lab.config import (
     DEFAULT_LAB,
     DEFAULT_PORT,
@@ -38,158 +40,36 @@ from lab.config import (
     bridge_name,
     check_name,
     check_subnet,
+    front_bridge_name,
     make_spec,
     pick_subnet,
-    render_etc_hosts,
-    render_hosts_file,
-    render_known_hosts,
-    render_network,
-    render_ssh_config,
 )
-from lab.rootfs import ensure_rootfs, is_current
+from lab.paths import LabPaths, default_lab_dir
+from tfcluster.contract import CHIEF, WORKER
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[1]
 BOOT_TIMEOUT = 90.0  # seconds for a host to reach running/degraded and answer SSH (2 busy cores)
-STOP_TIMEOUT = 30.0  # seconds for a clean poweroff before the host's processes are killed
-EXIT_REBOOT = 133  # systemd-nspawn's exit status when the guest rebooted
-
-# The supervisor: joins the host's cgroups, runs systemd-nspawn, boots it again after an in-guest reboot, and on
-# SIGTERM passes SIGTERM to systemd-nspawn (a clean poweroff of the guest) and waits for it.
-SUPERVISOR = r"""
-set -u
-for cg in $TFCLAB_CGROUPS; do echo $$ > "$cg/cgroup.procs" || exit 90; done
-stop=0
-child=
-trap 'stop=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null' TERM INT HUP
-while :; do
-  "$@" &
-  child=$!
-  echo "$child" > "$TFCLAB_PIDFILE"
-  [ "$stop" = 1 ] && kill -TERM "$child" 2>/dev/null
-  rc=0; wait "$child" || rc=$?
-  while kill -0 "$child" 2>/dev/null; do rc=0; wait "$child" || rc=$?; done
-  echo "$(date +%s) nspawn exited $rc" >> "$TFCLAB_BOOTLOG"
-  [ "$stop" = 1 ] && exit 0
-  [ "$rc" = 133 ] || exit "$rc"
-done
-"""
 
 
-def default_lab_dir() -> Path:
-    return Path(os.environ.get("TFCLUSTER_LAB_DIR", REPO / ".cache" / "lab"))
-
-
-@dataclass(frozen=True)
-class LabPaths:
-    """Where everything lives: the cached rootfs and key pair are shared; ``run/LAB/`` is one lab's state."""
-
-    root: Path
-    lab: str
-
-    @property
-    def rootfs(self) -> Path:
-        return self.root / "rootfs"
-
-    @property
-    def private_key(self) -> Path:
-        return self.root / "ssh" / "id_ed25519"
-
-    @property
-    def run(self) -> Path:
-        return self.root / "run" / self.lab
-
-    @property
-    def spec(self) -> Path:
-        return self.run / "spec.json"
-
-    @property
-    def hosts_file(self) -> Path:
-        return self.run / "hosts.yml"
-
-    @property
-    def ssh_config(self) -> Path:
-        return self.run / "ssh_config"
-
-    @property
-    def known_hosts(self) -> Path:
-        return self.run / "known_hosts"
-
-    def host_dir(self, host: str) -> Path:
-        return self.run / "hosts" / host
-
-    def merged(self, host: str) -> Path:
-        return self.host_dir(host) / "merged"
-
-    def log(self, host: str) -> Path:
-        return self.run / "logs" / f"{host}.log"
-
-    def pidfile(self, host: str) -> Path:
-        return self.run / "logs" / f"{host}.nspawn.pid"
-
-    def bootlog(self, host: str) -> Path:
-        return self.run / "logs" / f"{host}.boots"
-
-
-@contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    """One lab operation at a time on this machine (up/down of two labs must not pick the same subnet)."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / "lab.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def setup(lab_dir: Path | None = None, mirror: str | None = None, rebuild: bool = False) -> Path:
-    """Install the outer machine's packages, build/cache the rootfs and the SSH key pair. Idempotent."""
-    system.require_root()
-    system.ensure_packages()
-    paths = LabPaths(lab_dir or default_lab_dir(), DEFAULT_LAB)
-    with _locked(paths.root):
-        if (rebuild or not is_current(paths.rootfs)) and running_labs(paths.root):
-            raise LabError(f"the rootfs must be (re)built but labs use it ({', '.join(running_labs(paths.root))}); "
-                           "`python -m lab down --all` first")
-        ensure_rootfs(paths.rootfs, mirror=mirror, rebuild=rebuild)
-        ensure_keypair(paths.private_key)
-    return paths.rootfs
-
-
-def ensure_keypair(private_key: Path) -> None:
-    if private_key.exists() and private_key.with_suffix(".pub").exists():
-        return
-    private_key.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for p in (private_key, private_key.with_suffix(".pub")):
-        p.unlink(missing_ok=True)
-    system.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tfcluster-lab", "-f", str(private_key)])
-
-
-def running_labs(root: Path) -> list[str]:
-    """Labs with state on disk or processes in their cgroups."""
-    names = {p.name for p in (root / "run").glob("*") if p.is_dir()}
-    for base in system.cgroup_bases():
-        top = base / system.CGROUP_TOP
-        if top.is_dir():
-            names.update(p.name for p in top.iterdir() if p.is_dir())
-    return sorted(names)
-
-
-class Lab:
+class Lab(Access):
     """N hosts on a bridge. ``start()``/``down()`` or use it as a context manager; ``Lab.attach(name)`` for a
     lab that another process (``python -m lab up``) started."""
 
-    def __init__(self, slots: Sequence[str] = ("chief", "worker", "worker"), *, name: str = DEFAULT_LAB,
+    def __init__(self, slots: Sequence[str] = (CHIEF, WORKER, WORKER), *, name: str = DEFAULT_LAB,
                  names: Sequence[str] | None = None, subnet: str | None = None, port: int = DEFAULT_PORT,
-                 bind_ro: Sequence[str] = (), lab_dir: Path | None = None, boot_timeout: float = BOOT_TIMEOUT) -> None:
+                 bind_ro: Sequence[str] = (), lab_dir: Path | None = None, boot_timeout: float = BOOT_TIMEOUT,
+                 addresses: Sequence[str] | None = None, bastion: str | None = None, user: str | None = None,
+                 user_key: str | None = None, sshd_delay: Mapping[str, int] | None = None) -> None:
         self.paths = LabPaths(lab_dir or default_lab_dir(), check_name(name, "lab name"))
         self._slots = tuple(slots)
         self._names = tuple(names) if names is not None else None
         self._subnet = subnet
         self._port = port
         self._bind_ro = tuple(bind_ro)
+        # A cloud-like lab (the AWS twin): instance addresses, a jump host, the image's login user, a late sshd.
+        self._cloud = {"addresses": addresses, "bastion": bastion, "user": user, "user_key": user_key,
+                       "sshd_delay": dict(sshd_delay or {})}
         self.boot_timeout = boot_timeout
         self.spec: LabSpec | None = None
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -221,14 +101,11 @@ class Lab:
     def start(self) -> Lab:
         """Boot every host and wait until each runs systemd and answers SSH. On failure the caller must down()."""
         setup(self.paths.root)
-        with _locked(self.paths.root):
+        with locked(self.paths.root):
             if self.paths.run.exists() or any(g.is_dir() for g in system.lab_cgroups(self.paths.lab)):
                 log.info("lab %s has state left from an earlier run; cleaning it up first", self.paths.lab)
                 self._down_locked()
-            used = system.used_networks()
-            subnet = check_subnet(self._subnet, len(self._slots), used) if self._subnet else pick_subnet(used)
-            spec = make_spec(self.paths.lab, self._slots, subnet, port=self._port, names=self._names,
-                             bind_ro=self._bind_ro)
+            spec = self._make_spec(system.used_networks())
             self._check_free(spec)
             self.spec = spec
             self.paths.run.mkdir(parents=True)
@@ -236,31 +113,33 @@ class Lab:
             self.paths.spec.write_text(spec.to_json())
             started = time.monotonic()
             system.create_bridge(spec.bridge, f"{spec.control_address}/{spec.network.prefixlen}")
-            keys = [(h, self._prepare_host(h)) for h in spec.hosts]
-            self.paths.known_hosts.write_text(render_known_hosts(keys))
-            key = str(self.paths.private_key)
-            self.paths.ssh_config.write_text(render_ssh_config(spec, key, str(self.paths.known_hosts)))
-            self.paths.hosts_file.write_text(render_hosts_file(spec, key))
+            if spec.bastion is not None:
+                system.create_bridge(spec.front_bridge, f"{spec.front_control_address}/{spec.front_subnet_prefix}")
+            for host in spec.hosts:
+                self._prepare_host(host)
+            self._write_control_files(isolated=False)
             for host in spec.hosts:
                 self._boot(host)
-        self.wait_ready([h.name for h in spec.hosts])
+        self.wait_ready([h.name for h in spec.hosts if not h.sshd_delay])
         self.boot_seconds = time.monotonic() - started
         log.info("lab %s: %d hosts up in %.1f s on %s (%s)", spec.name, len(spec.hosts), self.boot_seconds,
                  spec.bridge, spec.subnet)
         return self
 
+    def _make_spec(self, used: list[str]) -> LabSpec:
+        subnet = check_subnet(self._subnet, len(self._slots), used) if self._subnet else pick_subnet(used)
+        front = pick_subnet([*used, subnet]) if self._cloud["bastion"] else None
+        return make_spec(self.paths.lab, self._slots, subnet, port=self._port, names=self._names,
+                         bind_ro=self._bind_ro, front_subnet=front, **self._cloud)  # type: ignore[arg-type]
+
     def down(self) -> None:
         """Stop every host, unmount, remove cgroups, the bridge and the lab's state. Safe to call again."""
-        with _locked(self.paths.root):
+        with locked(self.paths.root):
             self._down_locked()
 
-    def _down_locked(self) -> None:
-        spec = self.spec
-        if spec is None and self.paths.spec.exists():
-            try:
-                spec = LabSpec.from_json(self.paths.spec.read_text())
-            except (OSError, ValueError, KeyError, TypeError):
-                spec = None
+    def _hosts_on_disk(self) -> set[str]:
+        """Every host of the lab, from its spec on disk and from the cgroups and overlays themselves."""
+        spec = self._spec_on_disk()
         hosts = set(spec_host.name for spec_host in spec.hosts) if spec else set()
         for group in system.lab_cgroups(self.paths.lab):
             if group.is_dir():
@@ -268,6 +147,21 @@ class Lab:
         hosts_dir = self.paths.run / "hosts"
         if hosts_dir.is_dir():
             hosts.update(p.name for p in hosts_dir.iterdir())
+        return hosts
+
+    def _spec_on_disk(self) -> LabSpec | None:
+        if self.spec is None and self.paths.spec.exists():
+            try:
+                return LabSpec.from_json(self.paths.spec.read_text())
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
+        return self.spec
+
+    def _down_locked(self) -> None:
+        hosts = self._hosts_on_disk()
+        spec = self._spec_on_disk()
+        if spec is not None and self.isolated:
+            system.set_unreachable(spec.subnet, on=False)
         errors: list[str] = []
         for host in sorted(hosts):  # every host powers off at once; then each is waited for
             self._signal_host(host)
@@ -286,6 +180,7 @@ class Lab:
                 (base / system.CGROUP_TOP).rmdir()
         try:
             system.delete_link(bridge_name(self.paths.lab))
+            system.delete_link(front_bridge_name(self.paths.lab))
             system.unmount_all(self.paths.run)
             system.remove_tree(self.paths.run)
         except (LabError, OSError) as exc:
@@ -298,92 +193,29 @@ class Lab:
     # ---- per host --------------------------------------------------------------------------------------------
 
     def _check_free(self, spec: LabSpec) -> None:
-        if system.link_exists(spec.bridge):
-            raise LabError(f"bridge {spec.bridge} already exists; `python -m lab down --name {spec.name}`")
+        for bridge in (spec.bridge, spec.front_bridge):
+            if system.link_exists(bridge):
+                raise LabError(f"bridge {bridge} already exists; `python -m lab down --name {spec.name}`")
         for host in spec.hosts:
-            if system.link_exists(host.veth):
+            if system.link_exists(host.veth) or system.link_exists(host.front_veth):
                 raise LabError(f"host name {host.name!r} is in use by another lab (link {host.veth} exists); "
                                "down that lab or give this one other host names")
 
     def _prepare_host(self, host: LabHost) -> str:
-        """Overlay + identity files; returns the host's public SSH host key."""
-        assert self.spec is not None
+        """Overlay + every file of the host (lab/guest.py); returns the host's public SSH host key."""
         d = self.paths.host_dir(host.name)
         merged = self.paths.merged(host.name)
         system.mount_overlay(self.paths.rootfs, d / "upper", d / "work", merged)
-        etc = merged / "etc"
-        (etc / "machine-id").write_text(uuid.uuid4().hex + "\n")
-        (etc / "hostname").write_text(host.name + "\n")
-        (etc / "hosts").write_text(render_etc_hosts(self.spec))
-        (etc / "systemd/network").mkdir(parents=True, exist_ok=True)
-        (etc / "systemd/network/10-lab-host0.network").write_text(render_network(host, self.spec))
-        key = etc / "ssh/ssh_host_ed25519_key"
-        system.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{host.name}", "-f", str(key)])
-        ssh_dir = merged / "root/.ssh"
-        ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        auth = ssh_dir / "authorized_keys"
-        auth.write_text(self.paths.private_key.with_suffix(".pub").read_text())
-        auth.chmod(0o600)
-        return key.with_suffix(".pub").read_text().strip()
-
-    def _nspawn_argv(self, host: LabHost) -> list[str]:
-        assert self.spec is not None
-        argv = ["systemd-nspawn", "--quiet", "--boot", "--register=no", "--keep-unit",
-                f"--network-bridge={self.spec.bridge}", "--resolv-conf=delete", "--link-journal=no",
-                "--console=read-only", "-D", str(self.paths.merged(host.name)), "-M", host.name]
-        argv += [f"--bind-ro={path}" for path in self.spec.bind_ro]
-        return argv
+        return guest.prepare(merged, host, self._spec(), self.paths.private_key.with_suffix(".pub").read_text())
 
     def _boot(self, host: LabHost) -> None:
-        groups = system.lab_cgroups(self.paths.lab, host.name)
-        for g in groups:
-            g.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "TFCLAB_CGROUPS": " ".join(map(str, groups)),
-               "TFCLAB_PIDFILE": str(self.paths.pidfile(host.name)),
-               "TFCLAB_BOOTLOG": str(self.paths.bootlog(host.name))}
-        with open(self.paths.log(host.name), "ab") as out:
-            self._procs[host.name] = subprocess.Popen(
-                ["/bin/sh", "-c", SUPERVISOR, f"tfclab-{self.paths.lab}-{host.name}", *self._nspawn_argv(host)],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self._procs[host.name] = process.boot(self.paths, self._spec(), host)
 
     def _signal_host(self, host: str) -> None:
-        """SIGTERM the host's supervisor (it passes it to systemd-nspawn: a clean poweroff of the guest)."""
-        groups = system.lab_cgroups(self.paths.lab, host)
-        # The sh supervisor sits at the top of the host's cgroup; systemd-nspawn moves itself into supervisor/
-        # and the guest into payload/.
-        targets = system.live(set().union(*(system.cgroup_pids(g, recursive=False) for g in groups)))
-        if not targets:  # the supervisor died: signal systemd-nspawn itself
-            targets = system.live(set().union(*(system.cgroup_pids(g / "supervisor") for g in groups)))
-        system.signal_pids(targets, signal.SIGTERM)
+        process.signal_host(self.paths, host)
 
     def _stop_host(self, host: str) -> None:
-        """Wait for the host to power off (kill what is left after STOP_TIMEOUT), then remove its cgroup+mount."""
-        groups = system.lab_cgroups(self.paths.lab, host)
-
-        def pids() -> set[int]:
-            return set().union(*(system.cgroup_pids(g) for g in groups))
-
-        if not system.wait_gone(pids, STOP_TIMEOUT):
-            log.warning("host %s did not power off within %.0f s; killing its processes", host, STOP_TIMEOUT)
-            for _ in range(50):
-                left = system.live(pids())
-                if not left:
-                    break
-                system.signal_pids(left, signal.SIGKILL)
-                time.sleep(0.1)
-        proc = self._procs.pop(host, None)
-        if proc is not None:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        left = system.live(pids())
-        if left:
-            raise LabError(f"host {host}: processes {sorted(left)} survived SIGKILL")
-        for g in groups:
-            system.remove_cgroup(g)
-        system.unmount_all(self.paths.host_dir(host))
+        process.stop_host(self.paths, host, self._procs.pop(host, None))
 
     # ---- readiness -------------------------------------------------------------------------------------------
 
@@ -403,7 +235,7 @@ class Lab:
         while time.monotonic() < deadline:
             if not self._supervisor_alive(name):
                 return f"{name}: systemd-nspawn exited; last log lines:\n{self.log_tail(name)}"
-            if _port_open(host.address, 22):
+            if self.isolated or port_open(ssh_address(host), 22):
                 proc = self.ssh(name, "systemctl is-system-running --wait", check=False,
                                 timeout=max(1.0, deadline - time.monotonic()))
                 state = proc.stdout.strip() or f"ssh exit {proc.returncode}: {proc.stderr.strip()}"
@@ -416,11 +248,7 @@ class Lab:
         return f"{name}: not ready after {timeout:.0f} s (last state: {state}); log:\n{self.log_tail(name)}"
 
     def _supervisor_alive(self, name: str) -> bool:
-        proc = self._procs.get(name)
-        if proc is not None:
-            return proc.poll() is None
-        return bool(system.live(set().union(*(system.cgroup_pids(g) for g in system.lab_cgroups(
-            self.paths.lab, name)))))
+        return process.alive(self.paths, name, self._procs.get(name))
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         try:
@@ -431,69 +259,21 @@ class Lab:
 
     # ---- what tests use --------------------------------------------------------------------------------------
 
-    @property
-    def hosts(self) -> tuple[LabHost, ...]:
-        return self._spec().hosts
-
-    def host(self, name: str) -> LabHost:
-        return self._spec().host(name)
-
     def hosts_of(self, task_type: str) -> tuple[LabHost, ...]:
         return tuple(h for h in self.hosts if h.task_type == task_type)
 
     @property
-    def hosts_file(self) -> Path:
-        return self.paths.hosts_file
+    def members(self) -> tuple[LabHost, ...]:
+        """The cluster's hosts: every host but the bastion."""
+        return self._spec().members
 
     @property
-    def ssh_config(self) -> Path:
-        return self.paths.ssh_config
-
-    @property
-    def private_key(self) -> Path:
-        return self.paths.private_key
-
-    @property
-    def known_hosts(self) -> Path:
-        return self.paths.known_hosts
+    def bastion(self) -> LabHost | None:
+        return self._spec().bastion
 
     @property
     def control_address(self) -> str:
         return self._spec().control_address
-
-    def inventory_env(self) -> dict[str, str]:
-        """Environment for `make ... CLUSTER=onprem` / ansible against this lab: the inventory's static source
-        reads the host file; Ansible takes the key from ANSIBLE_PRIVATE_KEY_FILE."""
-        return {"TFCLUSTER_SOURCE": "static", "TFCLUSTER_HOSTS_FILE": str(self.hosts_file),
-                "ANSIBLE_PRIVATE_KEY_FILE": str(self.private_key)}
-
-    def ssh_argv(self, name: str, command: str | None = None) -> list[str]:
-        self.host(name)
-        argv = ["ssh", "-F", str(self.ssh_config), name]
-        return argv + ([command] if command is not None else [])
-
-    def ssh(self, name: str, command: str, check: bool = True, timeout: float | None = 60,
-            input: str | None = None) -> subprocess.CompletedProcess[str]:
-        """Run a shell command on a host as root; raise LabError on a non-zero exit when ``check``."""
-        argv = self.ssh_argv(name, command)
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input,
-                                  stdin=None if input is not None else subprocess.DEVNULL, check=False)
-        except subprocess.TimeoutExpired as exc:
-            if check:
-                raise LabError(f"{name}: `{command}` did not finish within {timeout} s") from exc
-            return subprocess.CompletedProcess(argv, 124, stdout="", stderr=f"timed out after {timeout} s")
-        if check and proc.returncode != 0:
-            raise LabError(f"{name}: `{command}` exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()}")
-        return proc
-
-    def copy_to(self, name: str, src: Path, dest: str) -> None:
-        self.host(name)
-        system.run(["scp", "-q", "-r", "-F", str(self.ssh_config), str(src), f"{name}:{dest}"], timeout=600)
-
-    def reachable(self, name: str, timeout: float = 1.0) -> bool:
-        """Does the host's SSH port accept a TCP connection from the control machine?"""
-        return _port_open(self.host(name).address, 22, timeout)
 
     def cut(self, name: str) -> None:
         """Pull the host's cable: its end of the bridge goes down, its own address and state stay."""
@@ -547,47 +327,9 @@ class Lab:
         return self.spec
 
 
-def _port_open(address: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 def _wait_for(predicate: Callable[[], bool], deadline: float, message: str) -> None:
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.1)
     raise LabError(message)
-
-
-def leftovers(lab_dir: Path | None = None, lab: str | None = None) -> list[str]:
-    """Anything the lab(s) left on this machine: bridges, veths, mounts, cgroups, systemd-nspawn processes.
-
-    Empty when teardown was clean. ``lab`` limits the check to one lab.
-    """
-    root = lab_dir or default_lab_dir()
-    found: list[str] = []
-    names = [lab] if lab else running_labs(root)
-    for name in names:
-        if system.link_exists(bridge_name(name)):
-            found.append(f"bridge {bridge_name(name)}")
-        for g in system.lab_cgroups(name):
-            if g.exists():
-                found.append(f"cgroup {g}")
-        if (root / "run" / name).exists():
-            found.append(f"state dir {root / 'run' / name}")
-    # With ``lab`` only that lab's mounts and processes count: another lab may be up at the same time.
-    scope = root / "run" / lab if lab else root
-    found += [f"mount {m}" for m in system.mounts_under(root / "run")
-              if m == scope or scope in m.parents] if (root / "run").exists() else []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"systemd-nspawn") and f"{scope}/".encode() in b" ".join(argv) + b"/":
-            found.append(f"process {proc.name}: {b' '.join(argv).decode(errors='replace')}")
-    return found

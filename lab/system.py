@@ -258,3 +258,26 @@ def pss_kib(pids: Iterable[int]) -> int:
         except OSError:
             continue
     return total
+
+
+def chown(path: Path, uid: int, gid: int) -> None:
+    """Give a file in a host's overlay to a user of that host (uid/gid as the host's /etc/passwd says)."""
+    os.chown(path, uid, gid, follow_symlinks=False)
+
+
+def add_address(link: str, address: str) -> None:
+    run(["ip", "addr", "replace", address, "dev", link])
+
+
+def del_address(link: str, address: str) -> None:
+    if f"inet {address} " in run(["ip", "-4", "-o", "addr", "show", "dev", link]).stdout:
+        run(["ip", "addr", "del", address, "dev", link])
+
+
+def set_unreachable(network: str, on: bool) -> None:
+    """An `unreachable` route for `network` (on), so nothing leaks out through the default route, or none (off)."""
+    present = network in run(["ip", "-4", "route", "show", "type", "unreachable"]).stdout
+    if on and not present:
+        run(["ip", "route", "add", "unreachable", network])
+    elif not on and present:
+        run(["ip", "route", "del", "unreachable", network])

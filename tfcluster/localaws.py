@@ -29,10 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tfcluster.contract import TAG_KEYS
+
 LOG = logging.getLogger("localaws")
 DEFAULT_PORT = 4566
 HOST = "127.0.0.1"
-CLUSTER_TAG = "tfcluster:cluster"
+CLUSTER_TAG = TAG_KEYS["cluster"]
 LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
 DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                      "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
@@ -96,10 +98,11 @@ def pid_alive(pid: int) -> bool:
 def is_our_moto(pid: int, port: int) -> bool:
     """The recorded PID is still a moto_server on the recorded port (not a recycled PID)."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    text = [part.decode(errors="replace") for part in cmdline]
+        text = [part.decode(errors="replace") for part in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+    except OSError:  # no /proc (macOS): ask ps
+        found = subprocess.run(["/bin/ps", "-o", "command=", "-p", str(pid)],
+                               capture_output=True, text=True, check=False)
+        text = found.stdout.split()
     return any("moto" in part for part in text) and str(port) in text
 
 
@@ -163,8 +166,10 @@ def wait_ready(endpoint: Endpoint, timeout: float, process: subprocess.Popen[byt
     return False
 
 
-def start(directory: Path, port: int, timeout: float = 30.0) -> Endpoint:
-    """Start moto_server once; a second call returns the running one."""
+def start(directory: Path, port: int, timeout: float = 30.0, *, command: list[str] | None = None,
+          env: dict[str, str] | None = None) -> Endpoint:
+    """Start moto_server once; a second call returns the running one. `command` (argv before `-H HOST -p PORT`) and
+    `env` start another moto entry point (the AWS twin's, lab/twin_moto.py, with MOTO_AMIS_PATH)."""
     current = recorded_alive(directory)
     if current is not None:
         if not wait_ready(current, timeout):
@@ -183,7 +188,8 @@ def start(directory: Path, port: int, timeout: float = 30.0) -> Endpoint:
     directory.mkdir(parents=True, exist_ok=True)
     log_path = directory / "moto.log"
     with log_path.open("ab") as log:
-        process = subprocess.Popen(moto_command(port), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+        argv = [*command, "-H", HOST, "-p", str(port)] if command else moto_command(port)
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                                    start_new_session=True, close_fds=True)
     endpoint = Endpoint(pid=process.pid, port=port)
     write_state(directory, endpoint)

@@ -5,22 +5,34 @@ Usage:
     python -m tfcluster.provision plan    --cluster aws
     python -m tfcluster.provision destroy --cluster local [--keep-endpoint]
     python -m tfcluster.provision output  --cluster local            # `terraform output -json`
+    python -m tfcluster.provision upgrade --cluster aws              # `terraform init -upgrade` (make tf-upgrade)
+    python -m tfcluster.provision known-hosts --cluster aws          # fetch the hosts' keys again (no apply)
 
 CLUSTER=local applies infra/local (the same module) against the emulated AWS endpoint on 127.0.0.1, which it
 starts once (tfcluster/localaws.py); placement groups stay off there. `destroy` then checks that no live instance
-tagged tfcluster:cluster=<name> remains and stops the endpoint. CLUSTER=aws runs infra/aws with your AWS
-credentials and terraform.tfvars; Terraform asks before it changes anything unless --auto-approve.
+tagged tfcluster:cluster=<name> remains and stops the endpoint.
+
+CLUSTER=aws runs infra/aws with your AWS credentials and terraform.tfvars; Terraform asks before it changes
+anything unless --auto-approve. Before Terraform runs, tfcluster/awscheck.py refuses missing credentials or region
+and an instance type or zone that cannot launch, naming the fix; an AWS capacity or quota error during apply is
+explained with the next step. After apply, the hosts' SSH keys are read from their console output into the
+cluster's known_hosts (tfcluster/known_hosts.py); `destroy` checks through the EC2 API that no instance tagged
+with the cluster remains, says so, and removes that file. The provider comes from the public registry; the offline
+3.39 mirror only with TFCLUSTER_TF_MIRROR=1 (tfcluster/terraform.py).
 
 Environment: TFCLUSTER_TF_DIR (root module; default infra/<cluster>), TFCLUSTER_CLUSTER (cluster name, local),
 TFCLUSTER_WORKERS and TFCLUSTER_STRATEGY (local slots: parameter_server adds a chief and a ps),
 TFCLUSTER_BASE_PORT (local: port of slot 0), TFCLUSTER_LOCALAWS_PORT / TFCLUSTER_LOCALAWS_DIR (the endpoint),
-TFCLUSTER_TF_REGISTRY=1 (use the Terraform registry instead of the offline provider mirror).
+TFCLUSTER_TF_REGISTRY=1 (local: the registry), TFCLUSTER_TF_MIRROR=1 (aws: the offline mirror),
+TFCLUSTER_HOST_KEY_CHECKING=accept-new (aws: hosts whose keys are not in their console output in time are
+trusted on first use instead of failing), TFCLUSTER_HOST_KEY_TIMEOUT (seconds, default 600).
 Every Terraform call gets TF_CLI_CONFIG_FILE = the project's CLI config (tfcluster/terraform.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import getpass
 import json
 import logging
@@ -28,20 +40,31 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tfcluster import localaws
+from tfcluster import awscheck, localaws
+from tfcluster import known_hosts as hostkeys
 from tfcluster import terraform as terraform_toolchain
+from tfcluster.contract import CHIEF, EVALUATOR, PS, WORKER
 
 LOG = logging.getLogger("provision")
 CLUSTERS = ("local", "aws")
+ACTIONS = ("apply", "plan", "destroy", "output", "upgrade", "known-hosts")
+# The AWS twin test (lab/twin.py) writes this into infra/aws while it runs: the provider then talks to an emulator.
+TWIN_OVERRIDE = "tfcluster_twin_override.tf"
+TWIN_ENV = "TFCLUSTER_TWIN"
 
 
 class ProvisionError(RuntimeError):
-    """A provisioning step failed; the message names the step and the fix."""
+    """A provisioning step failed; the message names the step and the fix (`output`: Terraform's stderr)."""
+
+    def __init__(self, message: str, output: str = "") -> None:
+        super().__init__(message)
+        self.output = output
 
 
 def repo_root() -> Path:
@@ -61,9 +84,9 @@ def local_slots(workers: int, strategy: str) -> dict[str, int]:
     """Local slots: N workers; parameter_server adds a chief and a ps (as the inventory's local source does)."""
     if workers < 1:
         raise ProvisionError(f"WORKERS={workers}: at least one worker is needed. Fix: WORKERS=2")
-    slots = {"worker": workers}
+    slots = {WORKER: workers}
     if strategy == "parameter_server":
-        slots |= {"chief": 1, "ps": 1}
+        slots |= {CHIEF: 1, PS: 1}
     return slots
 
 
@@ -93,21 +116,56 @@ def var_args(pairs: Sequence[str]) -> list[str]:
 
 def run_terraform(args: Sequence[str], tf_dir: Path, env: Mapping[str, str], capture: bool = False,
                   check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run terraform in `tf_dir`. Not captured: the output goes to the terminal (prompts work) and the last lines of
+    stderr still come back in `.stderr` (to explain AWS errors)."""
     color = [] if sys.stdout.isatty() or args[0] in {"output", "state", "show"} else ["-no-color"]
     command = [*terraform_toolchain.terraform_command(), f"-chdir={tf_dir}", args[0], *color, *args[1:]]
     LOG.debug("running %s", " ".join(command))
-    result = subprocess.run(command, env=dict(env), text=True, check=False,
-                            capture_output=capture)
+    if capture:
+        result = subprocess.run(command, env=dict(env), text=True, check=False, capture_output=True)
+    else:
+        result = _run_teeing_stderr(command, env)
     if check and result.returncode != 0:
         detail = (result.stderr or "")[-4000:] if capture else ""
         raise ProvisionError(f"terraform {args[0]} in {tf_dir} failed (exit {result.returncode})"
-                             f"{detail and ':'}\n{detail}")
+                             f"{detail and ':'}\n{detail}", result.stderr or "")
     return result
 
 
-def init(tf_dir: Path, env: Mapping[str, str], interactive: bool) -> None:
-    args = ["init", "-upgrade=false"] if interactive else ["init", "-input=false"]
-    run_terraform(args, tf_dir, env, capture=not interactive)
+def _run_teeing_stderr(command: Sequence[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    tail: collections.deque[str] = collections.deque(maxlen=400)
+    proc = subprocess.Popen(list(command), env=dict(env), text=True, stderr=subprocess.PIPE)
+
+    def copy() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            tail.append(line)
+
+    copier = threading.Thread(target=copy, daemon=True)
+    copier.start()
+    code = proc.wait()
+    copier.join()
+    return subprocess.CompletedProcess(list(command), code, stdout="", stderr="".join(tail))
+
+
+def prepare(tf_dir: Path, env: Mapping[str, str], cluster: str, *, upgrade: bool = False) -> None:
+    """`terraform init` (or `get` under the mirror override) the way the provider mode needs."""
+    mode = terraform_toolchain.mode_for(cluster, env)
+    config = Path(env.get("TF_CLI_CONFIG_FILE", ""))
+    if not config.is_file():
+        raise ProvisionError(f"the project's Terraform CLI config {config} is missing. Fix: `make setup` (or "
+                             "`python -m tfcluster.terraform install`)")
+    locked = terraform_toolchain.locked_version(tf_dir)
+    args = terraform_toolchain.init_args(mode, locked, upgrade=upgrade)
+    if "-upgrade" in args and not upgrade:
+        LOG.info("the lock file pins hashicorp/aws %s (the offline mirror's); taking the newest version the root "
+                 "allows from the registry (terraform init -upgrade)", locked)
+    if mode == terraform_toolchain.OVERRIDE:
+        LOG.info("aws provider %s from the offline mirror (TFCLUSTER_TF_MIRROR=1), as a development override: the "
+                 "lock file is left as it is", terraform_toolchain.PROVIDER_VERSION)
+    run_terraform(args, tf_dir, env, capture=True)
 
 
 def state_resources(tf_dir: Path, env: Mapping[str, str]) -> list[str]:
@@ -115,10 +173,21 @@ def state_resources(tf_dir: Path, env: Mapping[str, str]) -> list[str]:
     return [line for line in result.stdout.splitlines() if line.strip()] if result.returncode == 0 else []
 
 
+def state_outputs(tf_dir: Path, env: Mapping[str, str]) -> dict[str, Any]:
+    """`terraform output -json` of the applied state as {name: value}; {} before the first apply or on any error
+    (`output -raw` would print Terraform's "No outputs found" warning to stdout with exit 0)."""
+    result = run_terraform(["output", "-json"], tf_dir, env, capture=True, check=False)
+    try:
+        found = json.loads(result.stdout) if result.returncode == 0 else {}
+    except ValueError:
+        return {}
+    return {name: item.get("value") for name, item in found.items()} if isinstance(found, dict) else {}
+
+
 def state_cluster_name(tf_dir: Path, env: Mapping[str, str]) -> str | None:
     """The cluster_name output of the applied state, if any."""
-    result = run_terraform(["output", "-raw", "cluster_name"], tf_dir, env, capture=True, check=False)
-    return result.stdout.strip() or None if result.returncode == 0 else None
+    name = state_outputs(tf_dir, env).get("cluster_name")
+    return name if isinstance(name, str) and name else None
 
 
 def planned_hosts(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -136,7 +205,7 @@ def plan_view(hosts: Sequence[Mapping[str, Any]], strategy: str) -> str:
     addresses = {h["name"]: f"{h.get('private_ip') or h['name']}:{h.get('port')}" for h in hosts}
     cluster: dict[str, list[str]] = {}
     for host in hosts:
-        if host["task_type"] != "evaluator":
+        if host["task_type"] != EVALUATOR:
             cluster.setdefault(host["task_type"], []).append(addresses[host["name"]])
     lines = [f"{'slot':<14} {'task':<14} {'address':<24} connection  gpus"]
     for host in hosts:
@@ -159,7 +228,7 @@ def plan_view(hosts: Sequence[Mapping[str, Any]], strategy: str) -> str:
 
 
 def tf_env(cluster: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = terraform_toolchain.terraform_env(base)
+    env = terraform_toolchain.terraform_env(base, cluster=cluster)
     if cluster == "local":
         env |= localaws.DUMMY_CREDENTIALS  # the emulator accepts anything; never real credentials
         env.pop("AWS_PROFILE", None)
@@ -178,7 +247,7 @@ def do_local(action: str, tf_dir: Path, env: dict[str, str], *, workers: int | N
     was_running = localaws.running(directory) is not None
     endpoint = localaws.start(directory, localaws.default_port())
     tf_vars = var_args([*local_vars(env, endpoint.url, workers), *extra])
-    init(tf_dir, env, interactive=False)
+    prepare(tf_dir, env, "local")
     if action == "plan":
         try:
             with tempfile.TemporaryDirectory() as tmp:
@@ -202,7 +271,7 @@ def destroy_local(tf_dir: Path, env: dict[str, str], directory: Path, *, workers
     cluster_name = state_cluster_name(tf_dir, env) or env.get("TFCLUSTER_CLUSTER") or "tfcluster-local"
     if state_resources(tf_dir, env) or localaws.running(directory) is not None:
         endpoint = localaws.start(directory, localaws.default_port())
-        init(tf_dir, env, interactive=False)
+        prepare(tf_dir, env, "local")
         started = time.monotonic()
         tf_vars = var_args([*local_vars(env, endpoint.url, workers), *extra])
         run_terraform(["destroy", "-input=false", "-auto-approve", *tf_vars], tf_dir, env)
@@ -218,29 +287,9 @@ def destroy_local(tf_dir: Path, env: dict[str, str], directory: Path, *, workers
     return 0
 
 
-def do_aws(action: str, tf_dir: Path, env: dict[str, str], *, workers: int | None, extra: Sequence[str],
-           auto_approve: bool) -> int:
-    pairs = list(extra)
-    if workers is not None:
-        pairs.append("slots=" + hcl_value({"worker": workers}))
-    tf_vars = var_args(pairs)
-    if action == "output":
-        print(run_terraform(["output", "-json"], tf_dir, env, capture=True).stdout, end="")
-        return 0
-    init(tf_dir, env, interactive=True)
-    approve = ["-auto-approve"] if auto_approve else []
-    if action == "plan":
-        run_terraform(["plan", *tf_vars], tf_dir, env)
-    elif action == "apply":
-        run_terraform(["apply", *approve, *tf_vars], tf_dir, env)
-    else:
-        run_terraform(["destroy", *approve, *tf_vars], tf_dir, env)
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=("apply", "plan", "destroy", "output"))
+    parser.add_argument("action", choices=ACTIONS)
     parser.add_argument("--cluster", default=os.environ.get("CLUSTER", "local"),
                         help="local (emulated AWS) or aws")
     parser.add_argument("--tf-dir", default=None, help="root module (default: $TFCLUSTER_TF_DIR or infra/<cluster>)")
@@ -260,13 +309,23 @@ def main(argv: list[str] | None = None) -> int:
         env = tf_env(args.cluster)
         tf_dir = tf_dir_for(args.cluster, env, args.tf_dir)
         if args.cluster == "local":
+            if args.action in ("upgrade", "known-hosts"):
+                raise ProvisionError(f"`{args.action}` is for CLUSTER=aws (local slots take the offline mirror and "
+                                     "connect locally)")
             return do_local(args.action, tf_dir, env, workers=args.workers, extra=args.var,
                             keep_endpoint=args.keep_endpoint)
+        from tfcluster.provision_aws import do_aws
+
         return do_aws(args.action, tf_dir, env, workers=args.workers, extra=args.var, auto_approve=args.auto_approve)
-    except (ProvisionError, localaws.LocalAwsError, terraform_toolchain.ToolchainError) as exc:
+    except (ProvisionError, localaws.LocalAwsError, terraform_toolchain.ToolchainError, awscheck.AwsCheckError,
+            hostkeys.KnownHostsError) as exc:
         LOG.error("%s", exc)
         return 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the module's canonical copy: provision_aws imports tfcluster.provision, and `python -m` loads this file as
+    # __main__, a second module whose ProvisionError main() would not catch.
+    from tfcluster.provision import main as canonical_main
+
+    sys.exit(canonical_main())

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tfcluster import contract
+
 LOG = logging.getLogger("tfcluster.summary")
 PLOT_NAME = "training.png"
 
@@ -24,14 +26,14 @@ class DemoError(Exception):
 
 
 def load_metrics(artifacts: Path) -> dict[str, Any]:
-    if not (artifacts / "DONE").is_file():
+    if not (artifacts / contract.DONE).is_file():
         raise DemoError(f"{artifacts} holds no finished job (no DONE). Fix: run `make train` (or `make collect`)")
     try:
-        metrics = json.loads((artifacts / "metrics.json").read_text())
+        metrics = json.loads((artifacts / contract.METRICS).read_text())
     except (OSError, ValueError) as exc:
-        raise DemoError(f"{artifacts}/metrics.json is missing or not JSON ({exc})") from None
+        raise DemoError(f"{artifacts}/{contract.METRICS} is missing or not JSON ({exc})") from None
     if not isinstance(metrics, dict):
-        raise DemoError(f"{artifacts}/metrics.json is not an object")
+        raise DemoError(f"{artifacts}/{contract.METRICS} is not an object")
     return metrics
 
 

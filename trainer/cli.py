@@ -1,25 +1,25 @@
-"""``python -m trainer``: validate everything, then choose legacy Keras, then import TensorFlow and train.
+"""``python -m trainer``: validate everything, watch SIGTERM, select legacy Keras, import TensorFlow, check the GPUs,
+train.
 
-Exit codes: 0 done, 1 training failure, 2 bad input (found before TensorFlow is imported), 3 spot preemption.
+Exit codes (tfcluster.contract): 0 done, 1 training failure, 2 bad input (found before any server starts),
+3 stopped after a backup (a spot notice or SIGTERM; re-run to resume).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
-from trainer import artifacts
-from trainer.config import (
-    EXIT_BAD_INPUT,
-    EXIT_FAILURE,
-    ConfigError,
-    Invocation,
-    parse_invocation,
-    write_config_json,
-)
+from tfcluster import contract, files
+from trainer import artifacts, devices, stop
+from trainer.config import ConfigError, Invocation, parse_invocation
+from trainer.timeline import Timeline
 
 LOG = logging.getLogger("trainer")
 
@@ -47,25 +47,62 @@ def prepare(argv: Sequence[str] | None, env: Mapping[str, str]) -> Invocation:
     model_dir.mkdir(parents=True, exist_ok=True)
     if inv.is_chief:
         artifacts.clear_completion(model_dir)
-        write_config_json(inv, str(model_dir / artifacts.CONFIG))
+        files.atomic_write_json(model_dir / contract.CONFIG, inv.to_dict())
     return inv
 
 
+def _bad_input(message: str, status: artifacts.StatusWriter | None = None) -> int:
+    if not logging.getLogger().handlers:
+        _setup_logging("INFO")
+    LOG.error("%s", message)
+    if status is not None:
+        status.update(force=True, state="failed", error=message)
+    return contract.EXIT_BAD_INPUT
+
+
+def _exit_now(status: artifacts.StatusWriter, request: stop.StopRequest) -> None:
+    """SIGTERM before training: nothing new to save; say so and leave (no TensorFlow teardown)."""
+    LOG.warning("%s: exiting %d", request.detail, contract.EXIT_PREEMPTED)
+    status.update(force=True, state=request.reason, stop_reason=request.detail)
+    logging.shutdown()
+    os._exit(contract.EXIT_PREEMPTED)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    timeline = Timeline()
     try:
         inv = prepare(argv, os.environ)
     except ConfigError as exc:
-        _setup_logging("INFO")
-        LOG.error("%s", exc)
-        return EXIT_BAD_INPUT
+        return _bad_input(str(exc))
     except OSError as exc:
-        _setup_logging("INFO")
-        LOG.error("--model-dir: cannot create it (%s). Fix: choose a writable directory", exc)
-        return EXIT_BAD_INPUT
+        return _bad_input(f"--model-dir: cannot create it ({exc}). Fix: choose a writable directory")
     _setup_logging(inv.config.log_level)
     status = artifacts.StatusWriter(inv.config.status_path, inv.task, inv.config.status_interval)
-    status.update(force=True, state="starting", strategy=inv.strategy)
+    status.update(force=True, state="starting", strategy=inv.strategy, collective=inv.collective)
+    request = stop.StopRequest()
+    stop.watch_sigterm(request, lambda: _exit_now(status, request))  # before any other thread exists
+    timeline.mark("imports")
+    loading = None if inv.serves_only else _load_in_background(inv)  # while TensorFlow is imported
     select_legacy_keras()
+    return _train(inv, status, request, timeline, loading)
+
+
+def _load(inv: Invocation) -> Any:
+    from trainer.source import load_source  # numpy: imported here, beside TensorFlow's import in the main thread
+
+    return load_source(inv.config)
+
+
+def _load_in_background(inv: Invocation) -> Future[Any]:
+    """The training data, read in a thread of its own (decompression and hashing release the GIL)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="data")
+    future = pool.submit(_load, inv)
+    pool.shutdown(wait=False)
+    return future
+
+
+def _train(inv: Invocation, status: artifacts.StatusWriter, request: stop.StopRequest, timeline: Timeline,
+           loading: Future[Any] | None) -> int:
     from trainer import datasets
 
     try:
@@ -74,18 +111,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as exc:
         LOG.error("cannot import TensorFlow/tf_keras: %s. Fix: install trainer/requirements.txt", exc)
         status.update(force=True, state="failed", error=str(exc))
-        return EXIT_FAILURE
+        return contract.EXIT_FAILURE
+    timeline.mark("tensorflow")
+    problem = devices.gpu_problem(socket.gethostname(), inv.config.gpus, train.visible_gpus(), inv.require_gpu,
+                                  inv.collective)
+    if problem is not None:
+        return _bad_input(str(problem), status)
     try:
-        return train.run(inv, status)
+        return train.run(inv, status, request, timeline, loading)
     except datasets.DatasetError as exc:
-        LOG.error("data: %s", exc)
-        status.update(force=True, state="failed", error=str(exc))
-        return EXIT_BAD_INPUT
+        return _bad_input(f"data: {exc}", status)
     except strategies.StrategyError as exc:
         LOG.error("%s", exc)
         status.update(force=True, state="failed", error=str(exc))
-        return EXIT_FAILURE
+        return contract.EXIT_FAILURE
     except Exception as exc:
         LOG.exception("training failed")
         status.update(force=True, state="failed", error=f"{type(exc).__name__}: {str(exc)[:500]}")
-        return EXIT_FAILURE
+        return contract.EXIT_FAILURE

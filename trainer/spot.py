@@ -16,6 +16,8 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trainer.stop import PREEMPTED, StopRequest
+
 LOG = logging.getLogger("trainer.spot")
 
 TOKEN_PATH = "/latest/api/token"
@@ -84,10 +86,12 @@ def parse_notice(body: str) -> Notice | None:
 class SpotWatcher:
     """Polls IMDS in a daemon thread; ``notice`` is set once an interruption is announced."""
 
-    def __init__(self, imds: Imds, interval: float = 5.0, on_notice: Callable[[Notice], None] | None = None) -> None:
+    def __init__(self, imds: Imds, interval: float = 5.0, on_notice: Callable[[Notice], None] | None = None,
+                 probe: bool = False) -> None:
         self.imds = imds
         self.interval = interval
         self.on_notice = on_notice
+        self.probe = probe  # first check that IMDS answers at all; stop quietly when it does not
         self.notice: Notice | None = None
         self.event = threading.Event()
         self._stop = threading.Event()
@@ -114,19 +118,26 @@ class SpotWatcher:
             self.event.set()
         return notice
 
+    @property
+    def active(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
+        if self.probe and not self.imds.available():
+            LOG.info("no instance metadata service at %s: spot watch off", self.imds.endpoint)
+            return
         while not self._stop.is_set() and not self.event.is_set():
             self.poll_once()
             self._stop.wait(self.interval)
 
 
-def start_watcher(mode: str, endpoint: str, interval: float) -> SpotWatcher | None:
-    """``on``: always watch; ``auto``: watch only when IMDS answers now; ``off``: never."""
+def start_watcher(mode: str, endpoint: str, interval: float, stop: StopRequest | None = None) -> SpotWatcher | None:
+    """``on``: always watch; ``auto``: watch when IMDS answers (checked in the watcher's thread: a host where
+    169.254.169.254 does not answer must not delay the start); ``off``: never. A notice asks ``stop`` to stop
+    training (reason ``preempted``)."""
     if mode == "off":
         return None
-    imds = Imds(endpoint)
-    if mode == "auto" and not imds.available():
-        LOG.info("no instance metadata service at %s: spot watch off", endpoint)
-        return None
-    LOG.info("watching %s%s every %.1f s", endpoint, ACTION_PATH, interval)
-    return SpotWatcher(imds, interval).start()
+    LOG.info("watching %s%s every %.1f s%s", endpoint, ACTION_PATH, interval, " if it answers" * (mode == "auto"))
+    on_notice = None if stop is None else \
+        (lambda notice: stop.request(PREEMPTED, f"spot interruption notice: {notice.action} at {notice.time}"))
+    return SpotWatcher(Imds(endpoint), interval, on_notice, probe=mode == "auto").start()

@@ -12,12 +12,14 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from tfcluster.contract import TFConfig
+from tfcluster.contract import CHIEF, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED, PS, WORKER, TFConfig
 from trainer.artifacts import StatusWriter
-from trainer.config import EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED, Invocation
-from trainer.spot import SpotWatcher
+from trainer.config import Invocation
+from trainer.stop import PREEMPTED, TRAINING, StopRequest
 
 LOG = logging.getLogger("trainer.strategy")
+DONE_WORD, STOP_WORD = "done", "stopped"  # what the chief's shutdown marker says
+STOP_GRACE_S = 30.0  # how long a ps/worker task asked to stop waits for the chief's word (systemd waits 90 s)
 
 
 class StrategyError(RuntimeError):
@@ -33,14 +35,16 @@ def make_strategy(inv: Invocation) -> tf.distribute.Strategy:
         LOG.info("MirroredStrategy over %d GPU(s)", len(gpus))
         return tf.distribute.MirroredStrategy()
     if inv.strategy == "multi_worker_mirrored":
+        implementation = tf.distribute.experimental.CommunicationImplementation
         options = tf.distribute.experimental.CommunicationOptions(
-            implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
+            implementation=implementation.NCCL if inv.collective == "nccl" else implementation.RING)
+        LOG.info("MultiWorkerMirroredStrategy, collective %s", inv.collective)
         return tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=tf.distribute.cluster_resolver.TFConfigClusterResolver(),
             communication_options=options)
     if inv.strategy == "parameter_server":
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        num_ps = len(resolver.cluster_spec().as_dict().get("ps", ()))
+        num_ps = len(resolver.cluster_spec().as_dict().get(PS, ()))
         partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
             min_shard_bytes=256 << 10, max_shards=num_ps)
         return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
@@ -93,9 +97,23 @@ def _reachable(address: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def serve(inv: Invocation, status: StatusWriter, watcher: SpotWatcher | None, poll: float = 0.5) -> int:
+def _server_exit(stop: StopRequest, marker: Path, stop_since: float | None, now: float) -> int | None:
+    """The exit code of a ps/worker task now, or None to keep serving. Asked to stop, it serves on until the chief
+    (asked too) has saved its backup with the variables this task holds and says so, or for STOP_GRACE_S."""
+    if marker.exists():
+        word = marker.read_text(errors="replace").split(" ", 1)[0]
+        marker.unlink(missing_ok=True)
+        if word == STOP_WORD and not stop.is_set():
+            stop.request(PREEMPTED, "the chief stopped after a backup")
+        return EXIT_PREEMPTED if stop.is_set() else EXIT_OK
+    if stop_since is not None and now - stop_since > STOP_GRACE_S:
+        return EXIT_PREEMPTED
+    return None
+
+
+def serve(inv: Invocation, status: StatusWriter, stop: StopRequest, poll: float = 0.5) -> int:
     """Run this ps/worker task's gRPC server until the chief says it is done (exit 0), the chief has been
-    unreachable for ``--server-timeout`` seconds (exit 1), or a spot notice arrives (exit 3)."""
+    unreachable for ``--server-timeout`` seconds (exit 1), or a stop is asked (spot notice, SIGTERM: exit 3)."""
     tfc = inv.tf_config
     assert tfc is not None and tfc.task_type is not None and tfc.task_index is not None
     marker = Path(shutdown_marker(cluster_key(tfc), tfc.task_type, tfc.task_index))
@@ -103,21 +121,21 @@ def serve(inv: Invocation, status: StatusWriter, watcher: SpotWatcher | None, po
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=tfc.task_type, task_index=tfc.task_index,
                                   protocol="grpc", start=True)
+    stop.phase = TRAINING  # a SIGTERM now waits for the chief's backup (see _server_exit)
     LOG.info("%s serving at %s; waiting for the chief (marker %s)", inv.task, server.target, marker)
-    chief_address = tfc.cluster["chief"][0]
+    chief_address = tfc.cluster[CHIEF][0]
     started = last_seen = time.monotonic()
-    seen = False
+    seen, stop_since = False, None
     status.update(force=True, state="serving", chief=chief_address)
     while True:
-        if marker.exists():
-            LOG.info("the chief finished: %s exits", inv.task)
-            marker.unlink(missing_ok=True)
-            status.update(force=True, state="done")
-            return EXIT_OK
-        if watcher is not None and watcher.event.is_set():
-            status.update(force=True, state="preempted")
-            return EXIT_PREEMPTED
         now = time.monotonic()
+        stop_since = now if stop_since is None and stop.is_set() else stop_since
+        code = _server_exit(stop, marker, stop_since, now)
+        if code is not None:
+            LOG.info("%s exits %d (%s)", inv.task, code, stop.detail or "the chief finished")
+            status.update(force=True, state=stop.reason if code == EXIT_PREEMPTED else "done",
+                          stop_reason=stop.detail or None)
+            return code
         if _reachable(chief_address):
             seen, last_seen = True, now
         elif now - last_seen > inv.config.server_timeout:
@@ -130,18 +148,19 @@ def serve(inv: Invocation, status: StatusWriter, watcher: SpotWatcher | None, po
         time.sleep(poll)
 
 
-def tell_servers_to_exit(inv: Invocation) -> list[str]:
-    """Chief side: write each ps/worker task's shutdown marker with a TF op placed on that task."""
+def tell_servers_to_exit(inv: Invocation, word: str = DONE_WORD) -> list[str]:
+    """Chief side: write each ps/worker task's shutdown marker with a TF op placed on that task; ``word`` says
+    whether the job is done or stopped after a backup (the tasks exit 0 or 3)."""
     tfc = inv.tf_config
     assert tfc is not None
     cluster_json = cluster_key(tfc)
     failed = []
-    for task_type in ("worker", "ps"):
+    for task_type in (WORKER, PS):
         for index in range(len(tfc.cluster.get(task_type, ()))):
             path = shutdown_marker(cluster_json, task_type, index)
             try:
                 with tf.device(f"/job:{task_type}/replica:0/task:{index}/device:CPU:0"):
-                    tf.io.write_file(path, tf.constant(f"done {os.getpid()}"))
+                    tf.io.write_file(path, tf.constant(f"{word} {os.getpid()}"))
             except (tf.errors.OpError, RuntimeError, ValueError) as exc:
                 LOG.warning("could not signal %s:%d to exit: %s", task_type, index, exc)
                 failed.append(f"{task_type}:{index}")

@@ -27,6 +27,11 @@ def _wait(predicate, timeout: float, what: str) -> float:
     raise AssertionError(f"{what} not within {timeout} s")
 
 
+def _plain(value: object) -> object:
+    """A host var without the inventory's `__ansible_unsafe` marker (values Ansible must never template)."""
+    return value["__ansible_unsafe"] if isinstance(value, dict) and "__ansible_unsafe" in value else value
+
+
 def test_three_hosts_boot_with_their_own_identity(lab3: Lab) -> None:
     seen_ids, seen_addresses = set(), set()
     for host in lab3.hosts:
@@ -44,12 +49,14 @@ def test_three_hosts_boot_with_their_own_identity(lab3: Lab) -> None:
 
 def test_host_file_and_ssh_config_work_with_plain_tools(lab3: Lab) -> None:
     doc = yaml.safe_load(lab3.hosts_file.read_text())
-    assert doc["cluster_name"] == "pt3"
+    assert doc["cluster_name"] == "lab-pt3"
     assert [h["name"] for h in doc["hosts"]] == ["t-chief-0", "t-worker-0", "t-worker-1"]
     for entry in doc["hosts"]:
         host = lab3.host(entry["name"])
+        on_host = lab3.ssh(host.name, "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[:2]
         assert entry == {"name": host.name, "address": host.address, "ssh_user": "root", "ssh_port": 22,
-                         "task_type": host.task_type, "task_index": host.index, "port": 12345, "gpus": 0}
+                         "task_type": host.task_type, "task_index": host.index, "port": 12345, "gpus": 0,
+                         "host_keys": [" ".join(on_host)]}
         # Plain ssh with the lab's key and known_hosts and strict host key checking: the host keys the lab
         # recorded are the ones the hosts present.
         proc = subprocess.run(["ssh", "-i", str(lab3.private_key), "-o", "BatchMode=yes",
@@ -72,8 +79,8 @@ def test_static_inventory_and_ansible_reach_every_host(lab3: Lab, repo: Path, ve
                             env=env, cwd=repo, timeout=60, check=False)
     assert listed.returncode == 0, listed.stderr
     hostvars = json.loads(listed.stdout)["_meta"]["hostvars"]
-    assert {n: (v["ansible_host"], v["tfcluster_task_type"], v["tfcluster_task_index"]) for n, v in hostvars.items()} \
-        == {h.name: (h.address, h.task_type, h.index) for h in lab3.hosts}
+    assert {n: tuple(_plain(v[k]) for k in ("ansible_host", "tfcluster_task_type", "tfcluster_task_index"))
+            for n, v in hostvars.items()} == {h.name: (h.address, h.task_type, h.index) for h in lab3.hosts}
     ansible = subprocess.run([str(venv_bin / "ansible"), "-i", "inventory/tfcluster.py", "tfcluster",
                               "-m", "ansible.builtin.command", "-a", "hostname"],
                              capture_output=True, text=True, env=env, cwd=repo, timeout=120, check=False)

@@ -1,16 +1,17 @@
 """The playbooks for real: ansible-playbook against local slots (connection=local, loopback ports only).
 
 Every test gets its own cluster name, per-host prefix, artifacts directory and free ports, and stops whatever it
-started. The inventory is the real script (inventory/tfcluster.py, TFCLUSTER_SOURCE=local). Bring-your-own-script
-jobs (byo_job.py, no TensorFlow) keep most tests fast; the built-in trainer and the Keras guide example run once
-each with real MultiWorkerMirroredStrategy.
+started. The inventory is the real script (inventory/tfcluster.py, TFCLUSTER_SOURCE=local). Extra vars travel as
+the `tfcluster` command writes them: a JSON file (-e @file) whose user strings are marked unsafe
+({"__ansible_unsafe": ...}) so Ansible never templates them. Bring-your-own-script jobs (byo_job.py, no
+TensorFlow) keep most tests fast; the built-in trainer and a TensorFlow-guide-style script run once each with real
+MultiWorkerMirroredStrategy.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import signal
 import socket
@@ -18,85 +19,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from tests.ports import free_port_block
-
-REPO = Path(__file__).resolve().parents[3]
-HERE = Path(__file__).resolve().parent
-BIN = Path(sys.executable).parent
-TFJOB = REPO / "playbooks/roles/tf_job/files/tfjob.py"
-PLAYBOOKS = ("site.yml", "train.yml", "collect.yml", "stop.yml", "status.yml")
-BYO = str(HERE / "byo_job.py")
-# BYO jobs import no TensorFlow: skip the import checks there (one test keeps them).
-NO_TF = {"tf_job_preflight_imports": [], "python_runtime_verify_imports": [], "tf_job_poll_interval": 1,
-         "tf_job_poll_max_interval": 2}
+from tests.integration.playbooks.local_cluster import BIN, HERE, PLAYBOOKS, REPO, Cluster, assert_ok, byo_vars, recap
+from tfcluster import contract
 
 pytestmark = pytest.mark.integration
-
-
-@dataclass
-class Cluster:
-    tmp: Path
-    workers: int = 2
-    name: str = field(default_factory=lambda: f"pbtest-{os.getpid()}-{random.randint(0, 99999)}")
-
-    def __post_init__(self) -> None:
-        self.base_port = free_port_block(self.workers)
-        self.local_root = self.tmp / "local"
-        self.artifacts = self.tmp / "artifacts"
-
-    def env(self, **extra: str) -> dict[str, str]:
-        env = dict(os.environ)
-        for key in [k for k in env if k.startswith(("TFCLUSTER_", "ANSIBLE_"))]:
-            del env[key]
-        env.update({
-            "PATH": f"{BIN}:{env.get('PATH', '')}",
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
-            "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "true",
-            "ANSIBLE_NOCOLOR": "1",
-            "TFCLUSTER_SOURCE": "local",
-            "TFCLUSTER_WORKERS": str(self.workers),
-            "TFCLUSTER_BASE_PORT": str(self.base_port),
-            "TFCLUSTER_CLUSTER": self.name,
-        })
-        env.update(extra)
-        return env
-
-    def host_dir(self, host: str) -> Path:
-        return self.local_root / self.name / host
-
-    def playbook(self, playbook: str, job: str, *args: str, extra_vars: dict | None = None,
-                 env: dict[str, str] | None = None, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-        variables = {"tfcluster_job": job, "tfcluster_cluster": "test", "tfcluster_local_root": str(self.local_root),
-                     "tfcluster_artifacts": str(self.artifacts / job), **(extra_vars or {})}
-        cmd = [str(BIN / "ansible-playbook"), "-i", str(REPO / "inventory/tfcluster.py"),
-               str(REPO / "playbooks" / playbook), "-e", json.dumps(variables), *args]
-        return subprocess.run(cmd, cwd=REPO, env=env or self.env(), capture_output=True, text=True,
-                              timeout=timeout, check=False)
-
-    def stop_everything(self) -> None:
-        for spec in self.local_root.glob("*/*/etc/tfcluster/*.json"):
-            subprocess.run([sys.executable, str(TFJOB), "stop", str(spec)], capture_output=True, check=False)
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    """PLAY RECAP counters per host."""
-    result: dict[str, dict[str, int]] = {}
-    text = output.split("PLAY RECAP", 1)[-1]
-    for line in text.splitlines():
-        parts = line.split(":", 1)
-        if len(parts) == 2 and "ok=" in parts[1]:
-            result[parts[0].strip()] = {k: int(v) for k, v in (kv.split("=") for kv in parts[1].split())}
-    return result
-
-
-def assert_ok(proc: subprocess.CompletedProcess[str]) -> None:
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
 
 
 @pytest.fixture
@@ -104,10 +34,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path)
     yield c
     c.stop_everything()
-
-
-def byo_vars(args: str, **more: object) -> dict:
-    return {"tfcluster_script": BYO, "tfcluster_script_args": args, **NO_TF, **more}
 
 
 def test_syntax_check_every_playbook(cluster: Cluster) -> None:
@@ -139,7 +65,7 @@ def test_byo_job_trains_collects_and_reruns_idempotently(cluster: Cluster) -> No
     extra = byo_vars("--steps 4", tfcluster_script_requirements=str(HERE / "byo_requirements.txt"))
     proc = cluster.playbook("train.yml", "byo", extra_vars=extra)
     assert_ok(proc)
-    assert "worker-0   worker:0" in proc.stdout  # a live progress line per worker
+    assert re.search(r"worker-0 +worker:0 +running", proc.stdout)  # a live progress line per worker
     chief_model = cluster.host_dir("worker-0") / "var/lib/tfcluster/byo"
     # The script got TF_CONFIG and the model dir, ran on both slots, and the role finalized the chief's dir.
     for host, index in (("worker-0", 0), ("worker-1", 1)):
@@ -148,10 +74,10 @@ def test_byo_job_trains_collects_and_reruns_idempotently(cluster: Cluster) -> No
         state = json.loads((cluster.host_dir(host) / "run/tfcluster/byo/state.json").read_text())
         assert state["state"] == "succeeded" and state["exit_code"] == 0
     assert (chief_model / "DONE").is_file()
-    artifacts = cluster.artifacts / "byo"
+    artifacts = cluster.artifacts / "byo" / "current"  # the collected copy (versioned by manifest digest)
     assert (artifacts / "export/model.txt").read_text() == "weights\n"
-    assert (artifacts / "MANIFEST.sha256").is_file() and (artifacts / "DONE").is_file()
-    assert re.search(r"Collected job byo from worker-0: \d+ files, every sha256 verified, in ", proc.stdout)
+    assert (artifacts / contract.MANIFEST).is_file() and (artifacts / contract.DONE).is_file()
+    assert re.search(r"Collected from worker-0: \d+ files, every sha256 verified", proc.stdout)
 
     # A second run of the finished job: not retrained, nothing changed anywhere.
     again = cluster.playbook("train.yml", "byo", extra_vars=extra)
@@ -182,7 +108,7 @@ def test_collect_verifies_every_sha256_and_refuses_without_done(cluster: Cluster
     extra = byo_vars("--steps 2")
     assert_ok(cluster.playbook("train.yml", "tamper", extra_vars=extra))
     model_dir = cluster.host_dir("worker-0") / "var/lib/tfcluster/tamper"
-    home = cluster.artifacts / "tamper"
+    home = cluster.artifacts / "tamper" / "current"
     before = {p.relative_to(home): p.read_bytes() for p in home.rglob("*") if p.is_file()}
     assert Path("export/model.txt") in before
     (model_dir / "export/model.txt").write_text("evil\n")
@@ -210,12 +136,8 @@ def test_collect_verifies_every_sha256_and_refuses_without_done(cluster: Cluster
 
 def test_fail_fast_kill_one_worker_stops_the_whole_job(cluster: Cluster) -> None:
     extra = byo_vars("--forever --step-seconds 0.2", tf_job_max_restarts=0)
-    proc = subprocess.Popen(
-        [str(BIN / "ansible-playbook"), "-i", str(REPO / "inventory/tfcluster.py"), str(REPO / "playbooks/train.yml"),
-         "-e", json.dumps({"tfcluster_job": "ff", "tfcluster_cluster": "test",
-                           "tfcluster_local_root": str(cluster.local_root),
-                           "tfcluster_artifacts": str(cluster.artifacts / "ff"), **extra})],
-        cwd=REPO, env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cluster.argv("train.yml", "ff", extra_vars=extra), cwd=REPO, env=cluster.env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     pid_file = cluster.host_dir("worker-1") / "run/tfcluster/ff/main.pid"
     status_file = cluster.host_dir("worker-1") / "var/lib/tfcluster/ff/status.json"
     deadline = time.time() + 240
@@ -281,11 +203,11 @@ def test_missing_runtime_module_fails_preflight(cluster: Cluster) -> None:
 
 @pytest.mark.slow
 def test_builtin_trainer_real_multiworker_mirrored(cluster: Cluster) -> None:
-    extra = {"tfcluster_epochs": 2, "tfcluster_trainer_args": "--max-examples 4096 --no-tensorboard",
+    extra = {"tfcluster_epochs": 2, "tfcluster_trainer_args": ["--max-examples", "4096", "--no-tensorboard"],
              "tf_job_poll_interval": 3}
     proc = cluster.playbook("train.yml", "mwms", extra_vars=extra, timeout=600)
     assert_ok(proc)
-    artifacts = cluster.artifacts / "mwms"
+    artifacts = cluster.artifacts / "mwms" / "current"
     metrics = json.loads((artifacts / "metrics.json").read_text())
     assert metrics["strategy"] == "multi_worker_mirrored" and metrics["workers"] == 2
     assert metrics["epochs"] == 2 and 0.0 < metrics["accuracy"] <= 1.0
@@ -306,10 +228,10 @@ def test_keras_guide_example_runs_as_a_byo_job(cluster: Cluster, tmp_path: Path)
     np.savez(data, x_train=rng.integers(0, 255, (2048, 28, 28), dtype=np.uint8),
              y_train=rng.integers(0, 10, 2048, dtype=np.uint8))
     extra = {"tfcluster_script": str(REPO / "examples/keras_multiworker/train.py"),
-             "tfcluster_script_args": f"--data {data} --epochs 2 --steps-per-epoch 10",
+             "tfcluster_script_args": ["--data", str(data), "--epochs", "2", "--steps-per-epoch", "10"],
              "tf_job_poll_interval": 3}
     proc = cluster.playbook("train.yml", "guide", extra_vars=extra, timeout=600)
     assert_ok(proc)
-    artifacts = cluster.artifacts / "guide"
+    artifacts = cluster.artifacts / "guide" / "current"
     assert (artifacts / "DONE").is_file()
     assert any(p.name == "saved_model.pb" or p.suffix == ".keras" for p in artifacts.rglob("*"))

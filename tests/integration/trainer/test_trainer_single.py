@@ -1,5 +1,5 @@
 """Real single-host trainer runs: mirrored (CPU fallback) on S3 data from moto, TFRecord FILE sharding, the TPU
-wiring error, and spot preemption against a fake IMDSv2 on 127.0.0.1."""
+wiring error, and spot preemption against a fake IMDSv2 on 127.0.0.1 with backups in moto's S3 (checkpoint_s3)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from trainer_procs import LocalCluster, base_env, evaluate_export, free_ports, run_python, run_trainer
 
-from trainer import artifacts
+from tfcluster import contract, files
 
 pytestmark = pytest.mark.integration
 
@@ -52,12 +53,16 @@ def moto_s3(tmp_path: Path) -> Iterator[str]:
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def _upload(endpoint: str, path: Path, key: str, monkeypatch: pytest.MonkeyPatch) -> str:
+def _s3_client(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     import boto3
 
     for k, v in AWS_ENV.items():
         monkeypatch.setenv(k, v)
-    s3 = boto3.client("s3", endpoint_url=endpoint)
+    return boto3.client("s3", endpoint_url=endpoint)
+
+
+def _upload(endpoint: str, path: Path, key: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    s3 = _s3_client(endpoint, monkeypatch)
     s3.create_bucket(Bucket="tfcluster-data")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     s3.upload_file(str(path), "tfcluster-data", key, ExtraArgs={"Metadata": {"sha256": digest}})
@@ -77,7 +82,7 @@ def test_mirrored_from_s3_exports_a_loadable_model(moto_s3: str, mnist_subset: P
     metrics = json.loads((model_dir / "metrics.json").read_text())
     assert metrics["strategy"] == "mirrored" and metrics["replicas"] == 1 and metrics["global_batch"] == 64
     assert metrics["test_accuracy"] > 0.6
-    assert artifacts.verify_manifest(model_dir) == []
+    assert files.verify_dir(model_dir) > 0
     cached = cache / "s3" / "tfcluster-data" / "mnist" / "subset.npz"
     assert hashlib.sha256(cached.read_bytes()).hexdigest() == digest
     config = json.loads((model_dir / "config.json").read_text())
@@ -185,16 +190,23 @@ def fake_imds() -> Iterator[FakeImds]:
     server.server_close()
 
 
-def test_spot_notice_saves_backup_exits_3_and_resumes(fake_imds: FakeImds, tmp_path: Path) -> None:
+def test_spot_notice_backs_up_to_s3_and_a_replacement_host_resumes(fake_imds: FakeImds, moto_s3: str,
+                                                                   tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """checkpoint_s3 (issue 14): the backup is uploaded before exit 3; a fresh disk resumes from S3; the finished
+    model dir lands in S3 with DONE."""
     endpoint = f"http://127.0.0.1:{fake_imds.server_address[1]}"
+    s3 = _s3_client(moto_s3, monkeypatch)
+    s3.create_bucket(Bucket="tfcluster-ckpt")
     model_dir = tmp_path / "model"
     status_file = model_dir / "status.json"
-    args = ["--model-dir", str(model_dir), "--dataset", "synthetic", "--epochs", "3", "--steps-per-epoch", "200",
-            "--steps-per-execution", "5", "--no-tensorboard", "--spot-watch", "on", "--imds-endpoint", endpoint,
-            "--spot-poll-interval", "0.2", "--status-interval", "0.1"]
-    env = base_env(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "trainer", *args], cwd=Path(__file__).resolve().parents[3],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    args = ["--dataset", "synthetic", "--epochs", "3", "--steps-per-epoch", "200", "--steps-per-execution", "5",
+            "--no-tensorboard", "--spot-watch", "on", "--imds-endpoint", endpoint, "--spot-poll-interval", "0.2",
+            "--status-interval", "0.1", "--s3-endpoint-url", moto_s3]
+    env = {**base_env(tmp_path), **AWS_ENV, contract.ENV_CHECKPOINT_S3: "s3://tfcluster-ckpt/jobs/spot-1"}
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", "--model-dir", str(model_dir), *args],
+                            cwd=Path(__file__).resolve().parents[3], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -209,17 +221,29 @@ def test_spot_notice_saves_backup_exits_3_and_resumes(fake_imds: FakeImds, tmp_p
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 3, out[-4000:]
     assert "spot interruption notice: terminate" in out
-    assert json.loads(status_file.read_text())["state"] == "preempted"
+    status = json.loads(status_file.read_text())
+    assert status["state"] == "preempted" and status["backup_uploaded"] is True
     assert not (model_dir / "DONE").exists()
-    numbers = sorted(int(p.name[len("backup-"):-len(".index")])
-                     for p in (model_dir / "backup" / "local-0").glob("backup-*.index"))
+    local = model_dir / "backup" / "local-0"
+    numbers = sorted(int(p.name[len("backup-"):-len(".index")]) for p in local.glob("backup-*.index"))
     # normally a mid-epoch save in the 2nd epoch (11); 20 if the notice landed right at its end
     assert numbers[-1] in (11, 20), numbers
     assert "PUT /latest/api/token" in fake_imds.requests
+    remote = sorted(o["Key"].rsplit("/", 1)[1] for o in s3.list_objects_v2(
+        Bucket="tfcluster-ckpt", Prefix="jobs/spot-1/backup/local-0/")["Contents"])
+    assert remote == sorted(p.name for p in local.iterdir())  # every file of the backups, and their index
 
-    # the instance comes back (no notice): training resumes from the mid-epoch backup and completes
+    # a replacement instance (an empty disk, no notice): resumes from S3 and completes
     fake_imds.notice.clear()
-    again = run_trainer(args, tmp_path)
+    fresh = tmp_path / "replacement"
+    again = run_trainer(["--model-dir", str(fresh), *args], tmp_path, env=env)
     assert again.returncode == 0, again.stderr[-4000:]
-    metrics = json.loads((model_dir / "metrics.json").read_text())
+    assert "fetched" in again.stderr and "backup file(s) from s3://tfcluster-ckpt/jobs/spot-1" in again.stderr
+    metrics = json.loads((fresh / "metrics.json").read_text())
     assert metrics["resumes"] == 1 and metrics["initial_epoch"] == numbers[-1] // 10 and metrics["epochs"] == 3
+    listed = [rel for _, rel in files.parse_manifest((fresh / contract.MANIFEST).read_text())]
+    model = "jobs/spot-1/model/"
+    keys = {o["Key"][len(model):] for o in s3.list_objects_v2(Bucket="tfcluster-ckpt", Prefix=model)["Contents"]}
+    assert keys == {*listed, contract.MANIFEST, contract.DONE}
+    body = s3.get_object(Bucket="tfcluster-ckpt", Key=model + contract.DONE)["Body"].read()
+    assert body == (fresh / contract.DONE).read_bytes()

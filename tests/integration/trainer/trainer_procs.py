@@ -125,6 +125,11 @@ class LocalCluster:
         self.procs[name].popen.send_signal(signal.SIGKILL)
         self.procs[name].popen.wait()
 
+    def terminate_all(self) -> None:
+        """SIGTERM to every task at once, as systemd's deadline or `systemctl stop` sends it."""
+        for proc in self.procs.values():
+            proc.popen.send_signal(signal.SIGTERM)
+
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.popen.poll() is None:

@@ -116,3 +116,75 @@ def test_default_port_errors(monkeypatch: pytest.MonkeyPatch, raw: str, message:
     monkeypatch.setenv("TFCLUSTER_LOCALAWS_PORT", raw)
     with pytest.raises(localaws.LocalAwsError, match=message):
         localaws.default_port()
+
+
+def test_upgrade_and_known_hosts_are_aws_actions(caplog: pytest.LogCaptureFixture) -> None:
+    assert provision.main(["upgrade", "--cluster", "local"]) == 1
+    assert "`upgrade` is for CLUSTER=aws" in caplog.text
+
+
+@pytest.fixture
+def no_aws_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in [k for k in os.environ if k.startswith(("AWS_", "TF_VAR_"))] + ["TFCLUSTER_TF_MIRROR"]:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # not an EC2 instance with a role
+
+
+def test_aws_apply_without_credentials_stops_before_terraform(
+        no_aws_credentials: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[list[str]] = []
+    monkeypatch.setattr(provision, "run_terraform", lambda args, *a, **k: ran.append(list(args)))
+    assert provision.main(["apply", "--cluster", "aws"]) == 1
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(lines) == 1 and lines[0].startswith("no AWS credentials found") and "Fix: `aws configure`" in lines[0]
+    assert ran == []  # not even `terraform init`
+
+
+def test_aws_profile_that_does_not_exist(no_aws_credentials: None, caplog: pytest.LogCaptureFixture,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_PROFILE", "ml")
+    assert provision.main(["plan", "--cluster", "aws"]) == 1
+    assert "AWS profile 'ml' is not in ~/.aws/config. Fix: `aws configure --profile ml`" in caplog.text
+
+
+def test_registry_init_never_keeps_the_mirrors_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO")
+    ran: list[list[str]] = []
+    monkeypatch.setattr(provision, "run_terraform", lambda args, *a, **k: ran.append(list(args)))
+    (tmp_path / ".terraform.lock.hcl").write_text('provider "registry.terraform.io/hashicorp/aws" {\n'
+                                                  '  version = "3.39.0"\n}\n')
+    config = {"TF_CLI_CONFIG_FILE": str(tmp_path / ".terraform.lock.hcl")}  # any file: the check is that it exists
+    provision.prepare(tmp_path, config, "aws")
+    assert ran[-1] == ["init", "-input=false", "-upgrade"]
+    assert "pins hashicorp/aws 3.39.0 (the offline mirror's); taking the newest version" in caplog.text
+    provision.prepare(tmp_path, {**config, "TFCLUSTER_TF_MIRROR": "1"}, "aws")
+    assert ran[-1] == ["get"]  # the mirror as an override: the lock file is not touched
+    provision.prepare(tmp_path, config, "local")
+    assert ran[-1] == ["init", "-input=false", "-upgrade=false"]
+    with pytest.raises(provision.ProvisionError, match=r"CLI config .*missing\. Fix: `make setup`"):
+        provision.prepare(tmp_path, {"TF_CLI_CONFIG_FILE": str(tmp_path / "nope")}, "aws")
+
+
+@pytest.mark.parametrize(("stdout", "code", "name"), [
+    ('{"cluster_name": {"sensitive": false, "type": "string", "value": "tfcluster-aws"}}', 0, "tfcluster-aws"),
+    ("\x1b[33m╷\x1b[0m Warning: No outputs found\n", 0, None),  # what `output -raw` prints before an apply
+    ("{}", 0, None),
+    ("", 1, None),
+])
+def test_state_cluster_name_is_a_name_or_none(monkeypatch: pytest.MonkeyPatch, stdout: str, code: int,
+                                              name: str | None) -> None:
+    import subprocess
+
+    monkeypatch.setattr(provision, "run_terraform",
+                        lambda args, *a, **k: subprocess.CompletedProcess(args, code, stdout=stdout, stderr=""))
+    assert provision.state_cluster_name(Path("."), {}) == name
+
+
+def test_upgrade_needs_the_registry(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TFCLUSTER_TF_MIRROR", "1")
+    assert provision.main(["upgrade", "--cluster", "aws"]) == 1
+    assert "nothing to upgrade to. Fix: unset TFCLUSTER_TF_MIRROR" in caplog.text

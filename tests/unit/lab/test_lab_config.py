@@ -17,12 +17,16 @@ from lab.config import (
     make_spec,
     parse_slots,
     pick_subnet,
+    slot_names,
+)
+from lab.render import (
     render_etc_hosts,
+    render_front_network,
     render_hosts_file,
     render_known_hosts,
     render_network,
     render_ssh_config,
-    slot_names,
+    render_sshd_delay,
 )
 from lab.rootfs import PACKAGES
 
@@ -151,7 +155,7 @@ def test_network_file_is_static_and_keeps_the_address_through_a_cut() -> None:
 def test_hosts_file_is_the_static_inventory_format() -> None:
     spec = make_spec("pt", ("chief", "worker"), "10.9.8.0/24")
     doc = yaml.safe_load(render_hosts_file(spec, "/k/id_ed25519"))
-    assert doc == {"cluster_name": "pt", "hosts": [
+    assert doc == {"cluster_name": "lab-pt", "hosts": [
         {"name": "chief-0", "address": "10.9.8.11", "ssh_user": "root", "ssh_port": 22, "task_type": "chief",
          "task_index": 0, "port": 12345, "gpus": 0},
         {"name": "worker-0", "address": "10.9.8.12", "ssh_user": "root", "ssh_port": 22, "task_type": "worker",
@@ -193,3 +197,84 @@ def test_cli_parses_every_command() -> None:
     with pytest.raises(SystemExit):
         parser.parse_args(["up", "--hosts", "2", "--slots", "chief"])  # one or the other
     assert json.loads(json.dumps(vars(parser.parse_args(["status", "--json"])), default=str))["json"] is True
+
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHxUpbbIf0WXCj8xWlhDn3UNHlSE4Z0T5qJcByZ3lG1X"
+
+
+def cloud_spec(**kwargs: object) -> LabSpec:
+    """The AWS twin's lab: instances at their private IPs, a bastion, the image's user, one late sshd."""
+    settings: dict[str, object] = {
+        "names": ["tw-worker-0", "tw-worker-1"], "addresses": ["10.42.0.77", "10.42.0.5"], "bastion": "tw-bastion",
+        "front_subnet": "10.247.61.0/24", "user": "ubuntu", "user_key": KEY + " twin",
+        "sshd_delay": {"tw-worker-1": 25}, **kwargs}
+    return make_spec("twin", ("worker", "worker"), "10.42.0.0/24", port=2222, **settings)  # type: ignore[arg-type]
+
+
+def test_cloud_spec_puts_instances_at_their_addresses_and_a_bastion_on_both_networks() -> None:
+    spec = cloud_spec()
+    assert [(h.name, h.address, h.task_type, h.index, h.sshd_delay, h.front_address) for h in spec.hosts] == [
+        ("tw-worker-0", "10.42.0.77", "worker", 0, 0, None), ("tw-worker-1", "10.42.0.5", "worker", 1, 25, None),
+        ("tw-bastion", "10.42.0.254", "bastion", 0, 0, "10.247.61.11")]
+    assert [h.name for h in spec.members] == ["tw-worker-0", "tw-worker-1"]
+    assert spec.bastion is spec.hosts[2] and spec.front_bridge == "bf-twin" and spec.host("tw-bastion").front_veth \
+        == "vf-tw-bastion"
+    assert (spec.front_control_address, spec.front_subnet_prefix, spec.control_address) == ("10.247.61.1", 24,
+                                                                                           "10.42.0.1")
+    assert LabSpec.from_json(spec.to_json()) == spec
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"addresses": ["10.42.0.1", "10.42.0.5"]}, r"address 10.42.0.1 is not a host address of 10.42.0.0/24 other than "
+                                                r"\.1 \(the control machine's\)"),
+    ({"addresses": ["10.43.0.9", "10.42.0.5"]}, r"address 10.43.0.9 is not a host address of 10.42.0.0/24"),
+    ({"addresses": ["10.42.0.5", "10.42.0.5"]}, r"addresses repeat: 10.42.0.5, 10.42.0.5"),
+    ({"addresses": ["10.42.0.5"]}, r"1 addresses for 2 slots"),
+    ({"front_subnet": None}, r"a bastion needs a front network"),
+    ({"front_subnet": "10.42.0.0/24"}, r"the front network 10.42.0.0/24 overlaps the lab's 10.42.0.0/24"),
+    ({"bastion": "tw-worker-0"}, r"host names repeat"),
+    ({"sshd_delay": {"nobody": 3}}, r"sshd_delay names no host of the lab: nobody"),
+    ({"sshd_delay": {"tw-worker-0": 120}}, r"sshd_delay of tw-worker-0 is 120 s; use 0\.\.80"),
+    ({"user": "root"}, r"user 'root' is not a login name for the lab to create"),
+    ({"user_key": "not a key"}, r"user_key of ubuntu is not an OpenSSH public key line"),
+])
+def test_cloud_spec_errors(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(LabError, match=message):
+        cloud_spec(**kwargs)
+
+
+def test_cloud_files() -> None:
+    spec = cloud_spec()
+    bastion = spec.host("tw-bastion")
+    assert "Name=front0" in render_front_network(bastion, spec) and "Address=10.247.61.11/24" in \
+        render_front_network(bastion, spec)
+    assert render_sshd_delay(25) == "# Written by lab: sshd starts late.\n[Service]\nExecStartPre=/bin/sleep 25\n"
+    direct = render_ssh_config(spec, "/k/id", "/k/known")
+    assert "Host tw-bastion 10.42.0.254 10.247.61.11\n  HostName 10.247.61.11\n" in direct
+    assert "ProxyJump" not in direct
+    isolated = render_ssh_config(spec, "/k/id", "/k/known", isolated=True)
+    assert "Host tw-worker-0 10.42.0.77\n  HostName 10.42.0.77\n  ProxyJump tw-bastion\n" in isolated
+    assert "Host tw-bastion 10.42.0.254 10.247.61.11\n  HostName 10.247.61.11\n  User root" in isolated
+    assert render_known_hosts([(bastion, KEY + " root@b")]) == f"tw-bastion,10.42.0.254,10.247.61.11 {KEY}\n"
+
+
+def test_hosts_file_carries_host_keys_and_the_bastion_when_isolated() -> None:
+    spec = cloud_spec()
+    keys = {"tw-worker-0": KEY + " root@w0", "tw-worker-1": KEY, "tw-bastion": KEY}
+    doc = yaml.safe_load(render_hosts_file(spec, "/k", keys))
+    assert [h["name"] for h in doc["hosts"]] == ["tw-worker-0", "tw-worker-1"]  # the bastion is no member
+    assert doc["hosts"][0]["host_keys"] == [KEY] and "bastion" not in doc
+    doc = yaml.safe_load(render_hosts_file(spec, "/k", keys, isolated=True))
+    assert doc["bastion"] == {"address": "10.247.61.11", "user": "root", "port": 22, "host_keys": [KEY]}
+
+
+def test_hosts_file_with_keys_and_bastion_is_accepted_by_the_static_source() -> None:
+    from pathlib import Path
+
+    static = pytest.importorskip("inventory.sources.static")
+    spec = cloud_spec()
+    keys = {"tw-worker-0": KEY, "tw-worker-1": KEY, "tw-bastion": KEY}
+    result = static.static_hosts(yaml.safe_load(render_hosts_file(spec, "/k", keys, isolated=True)),
+                                 Path("hosts.yml"), 12345)
+    assert result.problems == ()
+    assert [(s.name, list(s.host_keys)) for s in result.specs] == [("tw-worker-0", [KEY]), ("tw-worker-1", [KEY])]

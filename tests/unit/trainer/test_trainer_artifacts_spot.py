@@ -5,12 +5,14 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from trainer import artifacts, spot
+from tfcluster import contract, files
+from trainer import artifacts, spot, stop
 
 
 def _model_dir(tmp_path: Path) -> Path:
@@ -25,40 +27,56 @@ def _model_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_manifest_covers_deliverables_and_verifies(tmp_path: Path) -> None:
+def test_finalize_lists_the_deliverables_and_verifies(tmp_path: Path) -> None:
     root = _model_dir(tmp_path)
-    artifacts.write_manifest(root)
+    (root / "logs").mkdir()
+    (root / "logs" / "events").write_bytes(b"tb")
+    assert artifacts.finalize(root, {"task": "chief:0"}) == 5
     lines = (root / "MANIFEST.sha256").read_text().splitlines()
     assert [line.split("  ")[1] for line in lines] == [
         "checkpoints/epoch-001.index", "config.json", "export/saved_model.pb", "export/variables/v.index",
         "metrics.json"]
-    assert artifacts.verify_manifest(root) == []
-    (root / "export" / "saved_model.pb").write_bytes(b"changed")
-    (root / "export" / "extra").write_bytes(b"new")
-    (root / "metrics.json").unlink()
-    assert sorted(artifacts.verify_manifest(root)) == ["export/extra: not in manifest",
-                                                       "export/saved_model.pb: sha256 mismatch",
-                                                       "metrics.json: missing"]
-
-
-def test_done_is_last_and_ties_to_manifest(tmp_path: Path) -> None:
-    root = _model_dir(tmp_path)
-    artifacts.write_manifest(root)
-    artifacts.write_done(root, {"task": "chief:0"})
+    assert files.verify_dir(root) == 5
     done = json.loads((root / "DONE").read_text())
-    assert done == {"task": "chief:0", "manifest_sha256": artifacts.sha256_file(root / "MANIFEST.sha256")}
+    assert done == {"task": "chief:0", "manifest_sha256": files.sha256_file(root / "MANIFEST.sha256")}
+    (root / "export" / "saved_model.pb").write_bytes(b"changed")
+    (root / "metrics.json").unlink()
+    with pytest.raises(files.ManifestError, match=r"sha256 mismatch: export/saved_model.pb; missing metrics.json"):
+        files.verify_dir(root)
     artifacts.clear_completion(root)
     assert not (root / "DONE").exists()
-    assert not list(root.glob(".*"))  # no temp files left by atomic writes
+    assert not list(root.rglob(".tmp-*"))  # no temp files left by atomic writes
 
 
-def test_status_writer_throttles(tmp_path: Path) -> None:
+def test_finalize_fsyncs_everything_before_manifest_then_done(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _model_dir(tmp_path)
+    (root / "backup" / "worker-1").mkdir(parents=True)  # another local task's: not ours to fsync
+    calls: list[str] = []
+    real = {name: getattr(files, name) for name in ("fsync_tree", "fsync_dir", "write_manifest")}
+    monkeypatch.setattr(files, "fsync_tree", lambda p: calls.append(f"fsync_tree {Path(p).name}")
+                        or real["fsync_tree"](p))
+    monkeypatch.setattr(files, "fsync_dir", lambda p: calls.append(f"fsync_dir {Path(p).name}")
+                        or real["fsync_dir"](p))
+    monkeypatch.setattr(files, "write_manifest", lambda p, entries=None: calls.append("manifest")
+                        or real["write_manifest"](p, entries))
+    real_done = artifacts.write_done
+    monkeypatch.setattr(artifacts, "write_done", lambda p, s: calls.append("done") or real_done(p, s))
+    artifacts.finalize(root, {})
+    order = [c for c in calls if c in ("manifest", "done") or c.startswith("fsync_tree")]
+    assert order == ["fsync_tree checkpoints", "fsync_tree export", "manifest", "done"]
+    assert calls.index(f"fsync_dir {root.name}") < calls.index("manifest")  # the model dir's entries too
+
+
+def test_status_writer_throttles_and_carries_every_status_field(tmp_path: Path) -> None:
     w = artifacts.StatusWriter(str(tmp_path / "s.json"), "worker:1", interval=3600)
     assert w.update(force=True, state="training", epoch=1)
     assert not w.update(step=5)  # throttled, but remembered
-    assert w.update(force=True, epoch=2)
+    assert w.update(force=True, epoch=2, eta_seconds=12.5)
     data = json.loads((tmp_path / "s.json").read_text())
+    assert set(contract.STATUS_FIELDS) <= set(data)
     assert data["task"] == "worker:1" and data["state"] == "training" and data["step"] == 5 and data["epoch"] == 2
+    assert data["eta_seconds"] == 12.5 and data["loss"] is None
     assert data["updated_at"] > 0 and data["updated_at_iso"].endswith("Z")
 
 
@@ -138,7 +156,15 @@ def test_parse_notice(body: str, expected: spot.Notice | None) -> None:
 
 def test_start_watcher_modes(imds: str) -> None:
     assert spot.start_watcher("off", imds, 1) is None
-    assert spot.start_watcher("auto", "http://127.0.0.1:9", 1) is None  # nothing listening: watch off
-    watcher = spot.start_watcher("auto", imds, 60)
-    assert watcher is not None
+    started = time.monotonic()
+    gone = spot.start_watcher("auto", "http://127.0.0.1:9", 1)  # nothing listening: the watcher ends by itself
+    assert gone is not None and time.monotonic() - started < 0.5  # the probe runs in the watcher's thread
+    gone._thread.join(5)
+    assert not gone.active
+    request = stop.StopRequest()
+    watcher = spot.start_watcher("auto", imds, 0.05, request)
+    assert watcher is not None and watcher.active
+    _Imds.notice = json.dumps({"action": "terminate", "time": "t"})
+    assert request.event.wait(5) and request.reason == stop.PREEMPTED
+    assert request.detail == "spot interruption notice: terminate at t"
     watcher.stop()

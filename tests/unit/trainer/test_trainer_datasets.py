@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import tarfile
 from pathlib import Path
 
@@ -134,36 +133,31 @@ def test_real_mnist_fetch_is_verified_and_idempotent() -> None:
     assert datasets.fetch_mnist().mnist.stat().st_mtime_ns == before  # nothing rewritten
 
 
-class FakeS3:
-    def __init__(self, body: bytes, etag: str = "e1", sha: str | None = None) -> None:
-        self.body, self.etag, self.sha, self.downloads = body, etag, sha, 0
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+def test_npz_reader_matches_numpy_without_copies(tmp_path: Path, save: object) -> None:
+    from trainer import npz
 
-    def head_object(self, Bucket: str, Key: str) -> dict[str, object]:
-        return {"ETag": f'"{self.etag}"', "Metadata": {"sha256": self.sha} if self.sha else {}}
-
-    def download_file(self, bucket: str, key: str, path: str) -> None:
-        self.downloads += 1
-        Path(path).write_bytes(self.body)
-
-
-def test_fetch_s3_caches_and_verifies(tmp_path: Path) -> None:
-    body = b"payload"
-    sha = datasets.sha256_bytes(body)
-    s3 = FakeS3(body, sha=sha)
-    path = datasets.fetch_s3("s3://bucket/dir/f.npz", tmp_path, client=s3)
-    assert path == tmp_path / "s3" / "bucket" / "dir" / "f.npz" and path.read_bytes() == body
-    assert json.loads(path.with_name("f.npz.meta.json").read_text())["sha256"] == sha
-    datasets.fetch_s3("s3://bucket/dir/f.npz", tmp_path, client=s3)
-    assert s3.downloads == 1  # cached
-    s3.etag = "e2"
-    datasets.fetch_s3("s3://bucket/dir/f.npz", tmp_path, client=s3)
-    assert s3.downloads == 2  # object changed
-    with pytest.raises(DatasetError, match=r"sha256 .* != expected"):
-        datasets.fetch_s3("s3://bucket/dir/g.npz", tmp_path, expected_sha256="0" * 64, client=FakeS3(body))
-    assert not (tmp_path / "s3" / "bucket" / "dir" / "g.npz").exists()
+    arrays = {**_arrays(), "fortran": np.asfortranarray(np.arange(12, dtype=np.int64).reshape(3, 4)),
+              "empty": np.zeros((0, 28, 28), np.uint8), "floats": np.linspace(0, 1, 7, dtype=np.float32)}
+    path = tmp_path / "a.npz"
+    save(path, **arrays)  # type: ignore[operator]
+    read = npz.read_arrays(path)
+    assert set(read) == set(arrays)
+    for key, value in arrays.items():
+        assert read[key].dtype == value.dtype and np.array_equal(read[key], value), key
+    assert not read["x_train"].flags.writeable  # a view of the inflated bytes, not a copy
 
 
-@pytest.mark.parametrize("uri", ["s3://", "s3://Bucket/key", "s3://bucket", "http://bucket/key"])
-def test_parse_s3_uri_rejects(uri: str) -> None:
-    with pytest.raises(DatasetError):
-        datasets.parse_s3_uri(uri)
+def test_npz_reader_refuses_damage(tmp_path: Path) -> None:
+    from trainer import npz
+
+    path = tmp_path / "a.npz"
+    np.savez(path, x=np.arange(1000, dtype=np.int64))
+    data = bytearray(path.read_bytes())
+    data[200] ^= 0xFF  # inside the stored array
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="CRC-32"):
+        npz.read_arrays(path)
+    np.savez(path, x=np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="object arrays"):
+        npz.read_arrays(path)

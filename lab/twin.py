@@ -1,0 +1,301 @@
+"""The AWS twin: the real `make provision|train|destroy CLUSTER=aws` against an emulated account whose instances are
+lab hosts.
+
+    twin = Twin(workdir); twin.start()            # moto seeded like an account; infra/aws pointed at it
+    run = twin.make_async("provision")            # the real command, in the background
+    instances = twin.wait_instances(2)            # what `terraform apply` launched (moto)
+    lab = twin.boot_lab(instances, late=...)      # a lab host per instance at its private IP; keys on the console
+    twin.wait(run); twin.make("train", JOB=...); twin.make("destroy"); twin.close()
+
+What differs from a real run, and nothing else: the endpoint and the credentials. `start()` writes
+infra/aws/tfcluster_twin_override.tf (the provider's endpoints and skips; git-ignored, removed by `close()`; a real
+`make provision` refuses while it exists, tfcluster/provision_aws.py), runs moto on a free loopback port with the
+account's seed (lab/twin_moto.py: an image named like the Deep Learning Base GPU AMI via MOTO_AMIS_PATH, the key
+pair, real instance-type offerings per zone, console output and AWS-like private addresses), and gives every
+command dummy credentials, AWS_ENDPOINT_URL (boto3: preflight, console output, the destroy check) and
+TFCLUSTER_TF_MIRROR=1 (the offline provider 3.39 as a development override: the committed lock file is untouched).
+The user's settings a real user would put in terraform.tfvars come as TF_VAR_* (the twin refuses to run next to a
+real terraform.tfvars); one says what the emulation lacks: the hosts have no GPU (gpus_per_instance = 0). State
+goes to a Terraform workspace of the twin in a data dir of its own, so a real state of infra/aws in this checkout
+is never touched.
+
+The lab plays the instances as the Deep Learning AMI would: Ubuntu's login user `ubuntu` with passwordless sudo
+and the key pair's key, cloud-init's host-key block on the console, and (for `late`) an sshd that starts late.
+A bastion lab host with a leg on a front bridge is the jump host of the bastion mode (`Lab.isolate()`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab.config import LabError
+from lab.lab import Lab
+from lab.paths import REPO
+from tfcluster import localaws
+from tfcluster.contract import TAG_KEYS, TF_PORT
+from tfcluster.provision import TWIN_ENV, TWIN_OVERRIDE
+
+REGION = "us-east-1"
+CLUSTER = "tfcluster-twin"
+KEY_PAIR = "tfcluster-twin"
+WORKSPACE = "tfcluster-twin"
+USER = "ubuntu"  # the Deep Learning AMI's login user (the root's ssh_user default)
+# The image the root's aws_ami data source finds: the name pattern and owner of the AWS Deep Learning Base OSS
+# Nvidia Driver GPU AMI (Ubuntu 22.04), x86_64 (moto answers `owners = ["amazon"]` for images it loads itself).
+AMI = {"ami_id": "ami-0d1e2a3b4c5d6e7f8", "name": "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) "
+       "20250214", "description": "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)",
+       "owner_id": "898082745236", "public": True, "virtualization_type": "hvm", "architecture": "x86_64",
+       "state": "available", "root_device_type": "ebs", "root_device_name": "/dev/sda1", "sriov": "simple",
+       "creation_date": "2025-02-14T10:00:00.000Z", "hypervisor": "xen", "image_type": "machine"}
+# Left behind by a real user; the twin would apply their settings to the emulator, or they would break it.
+USER_FILES = ("terraform.tfvars", "terraform.tfvars.json", "backend.tf")
+
+
+class TwinError(RuntimeError):
+    """The twin cannot run here; the message says why."""
+
+
+@dataclass
+class MakeRun:
+    target: str
+    returncode: int
+    output: str
+    seconds: float
+
+    def tail(self, lines: int = 60) -> str:
+        return f"`make {self.target}` exited {self.returncode} after {self.seconds:.0f} s:\n" + "\n".join(
+            self.output.splitlines()[-lines:])
+
+
+@dataclass
+class Twin:
+    """One emulated AWS account for `make ... CLUSTER=aws` (see the module docstring)."""
+
+    workdir: Path
+    tf_dir: Path = REPO / "infra" / "aws"
+    tf_vars: dict[str, str] = field(default_factory=dict)
+    endpoint: localaws.Endpoint | None = None
+    lab: Lab | None = None
+
+    # ---- the account -------------------------------------------------------------------------------------------
+
+    @property
+    def key(self) -> Path:
+        """The key pair's private key (the user's ~/.ssh/KEY.pem)."""
+        return self.workdir / "keypair" / "id_ed25519"
+
+    @property
+    def console_dir(self) -> Path:
+        return self.workdir / "console"
+
+    @property
+    def override(self) -> Path:
+        return self.tf_dir / TWIN_OVERRIDE
+
+    @property
+    def user_known_hosts(self) -> Path:
+        """The user's own known_hosts (where a bastion they already use is found)."""
+        return self.workdir / "user_known_hosts"
+
+    def start(self) -> Twin:
+        left = [name for name in (*USER_FILES, TWIN_OVERRIDE) if (self.tf_dir / name).exists()]
+        left += [p.name for p in self.tf_dir.glob("*.auto.tfvars")]
+        if left:
+            raise TwinError(f"{self.tf_dir} holds {', '.join(left)}: the twin applies that root with its own settings "
+                            "and would take these along. Fix: move them aside while the twin runs, or run it in a "
+                            "clean clone (a left-over tfcluster_twin_override.tf can simply be removed)")
+        for path in (self.console_dir, self.key.parent):
+            path.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", KEY_PAIR, "-f", str(self.key)],
+                       check=True)
+        amis = self.workdir / "amis.json"
+        amis.write_text(json.dumps([AMI]))
+        env = {**os.environ, "MOTO_AMIS_PATH": str(amis), "TFCLUSTER_TWIN_CONSOLE_DIR": str(self.console_dir),
+               "PYTHONPATH": str(REPO)}
+        self.endpoint = localaws.start(self.workdir / "moto", free_port(),
+                                       command=[sys.executable, "-m", "lab.twin_moto"], env=env)
+        self.ec2().import_key_pair(KeyName=KEY_PAIR, PublicKeyMaterial=self.key.with_suffix(".pub").read_bytes())
+        self.override.write_text(render_override(self.endpoint.url))
+        self.user_known_hosts.write_text("")
+        # gpus_per_instance = 0: the lab hosts playing g5.xlarge have no GPU, so they say so (as a user of a CPU
+        # image would); the instance type, its offerings and the AMI lookup stay the real ones.
+        self.tf_vars = {"cluster_name": CLUSTER, "key_name": KEY_PAIR, "connect": "private",
+                        "allowed_ssh_cidrs": '["10.42.0.0/16"]', "gpus_per_instance": "0"}
+        for args in (["get"], ["workspace", "new", WORKSPACE]):  # state of the twin's own, never the checkout's
+            self.terraform(args)
+        return self
+
+    def ec2(self) -> Any:
+        assert self.endpoint is not None
+        return localaws.ec2_client(self.endpoint.url)
+
+    def env(self) -> dict[str, str]:
+        """What `make ... CLUSTER=aws` gets: the emulator's endpoint and dummy credentials, and the user's
+        settings."""
+        assert self.endpoint is not None
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TF_VAR_", "TFCLUSTER_"))}
+        return {**base, **localaws.DUMMY_CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint.url,
+                "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": str(self.workdir / "aws-config"),
+                "AWS_SHARED_CREDENTIALS_FILE": str(self.workdir / "aws-credentials"),
+                "TF_DATA_DIR": str(self.workdir / "tf-data"), "TFCLUSTER_TF_MIRROR": "1", TWIN_ENV: "1",
+                "TFCLUSTER_CLUSTER": CLUSTER, "TFCLUSTER_HOST_KEY_TIMEOUT": "300",
+                "TFCLUSTER_USER_KNOWN_HOSTS": str(self.user_known_hosts),
+                "ANSIBLE_PRIVATE_KEY_FILE": str(self.key),
+                **{f"TF_VAR_{k}": v for k, v in self.tf_vars.items()}}
+
+    def terraform(self, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        from tfcluster import terraform as toolchain
+
+        env = toolchain.terraform_env(self.env(), cluster="aws")
+        proc = subprocess.run([*toolchain.terraform_command(), f"-chdir={self.tf_dir}", *args], env=env, text=True,
+                              capture_output=True, check=False)
+        if proc.returncode != 0:
+            raise TwinError(f"terraform {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}")
+        return proc
+
+    # ---- the real commands ---------------------------------------------------------------------------------------
+
+    def make_async(self, target: str, **variables: str) -> tuple[subprocess.Popen[str], Path, float, str]:
+        log = self.workdir / f"make-{target}-{int(time.time() * 1000)}.log"
+        argv = ["make", "-C", str(REPO), target, "CLUSTER=aws", *(f"{k}={v}" for k, v in variables.items())]
+        with open(log, "w") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=self.env(),
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        return proc, log, time.monotonic(), target
+
+    def wait(self, started: tuple[subprocess.Popen[str], Path, float, str], timeout: float = 900) -> MakeRun:
+        proc, log, t0, target = started
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 15)
+            proc.wait(timeout=60)
+        return MakeRun(target, proc.returncode, log.read_text(errors="replace"), time.monotonic() - t0)
+
+    def make(self, target: str, timeout: float = 900, **variables: str) -> MakeRun:
+        return self.wait(self.make_async(target, **variables), timeout)
+
+    # ---- instances are lab hosts -----------------------------------------------------------------------------
+
+    def instances(self) -> list[dict[str, Any]]:
+        """Live instances of the cluster, in slot order (from their tags)."""
+        found = localaws.live_instances(self.ec2(), CLUSTER)
+        tags = [{t["Key"]: t["Value"] for t in i.get("Tags", [])} for i in found]
+        return sorted(({**i, "tags": t} for i, t in zip(found, tags, strict=True)),
+                      key=lambda i: (i["tags"].get(TAG_KEYS["task_type"], ""),
+                                     int(i["tags"].get(TAG_KEYS["task_index"], 0))))
+
+    def wait_instances(self, count: int, timeout: float = 300) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [i for i in self.instances() if i["State"]["Name"] == "running"]
+            if len(found) >= count:
+                return found
+            time.sleep(0.5)
+        raise TwinError(f"{count} instances of {CLUSTER} were not running within {timeout:.0f} s")
+
+    def subnet_of(self, instance: Mapping[str, Any]) -> dict[str, Any]:
+        return self.ec2().describe_subnets(SubnetIds=[instance["SubnetId"]])["Subnets"][0]
+
+    def boot_lab(self, instances: Sequence[Mapping[str, Any]], *, late: Mapping[str, int] | None = None,
+                 name: str = "twin") -> Lab:
+        """One lab host per instance at its private IP (names `tw-<slot>`), a bastion, the AMI's user and key;
+        then each instance's console shows its host keys. ``late``: {slot: seconds} sshd starts late."""
+        subnet = self.subnet_of(instances[0])["CidrBlock"]
+        slots = [i["tags"][TAG_KEYS["task_type"]] for i in instances]
+        names = [lab_name(i) for i in instances]
+        delays = {lab_name(i): (late or {}).get(slot_of(i), 0) for i in instances}
+        self.lab = Lab(slots=slots, name=name, names=names, subnet=subnet, port=TF_PORT,
+                       addresses=[i["PrivateIpAddress"] for i in instances], bastion="tw-bastion", user=USER,
+                       user_key=self.key.with_suffix(".pub").read_text(),
+                       sshd_delay={k: v for k, v in delays.items() if v})
+        try:
+            self.lab.start()
+        except BaseException:
+            self.lab.down()
+            raise
+        keys = self.lab.host_keys()
+        for instance in instances:
+            (self.console_dir / instance["InstanceId"]).write_text(cloud_init_console(keys[lab_name(instance)]))
+        return self.lab
+
+    def use_bastion(self) -> None:
+        """Bastion mode: the lab's members only through the bastion; the user knows the bastion's key already."""
+        assert self.lab is not None and self.lab.bastion is not None
+        bastion = self.lab.bastion
+        self.lab.isolate()
+        key = self.lab.host_keys()[bastion.name].split()[:2]
+        self.user_known_hosts.write_text(f"{bastion.front_address} {' '.join(key)}\n")
+        # The module checks that allowed_ssh_cidrs admits bastion.address (it cannot know the bastion's private
+        # address); a user adds that address, as the twin does.
+        self.tf_vars |= {"connect": "bastion",
+                         "bastion": f'{{ address = "{bastion.front_address}", user = "{USER}", port = 22 }}',
+                         "allowed_ssh_cidrs": f'["10.42.0.0/16", "{bastion.front_address}/32"]'}
+
+    def close(self) -> None:
+        """Lab down, emulator stopped, the override and the twin's workspace state gone. Safe to call again."""
+        errors = []
+        if self.lab is not None:
+            try:
+                self.lab.down()
+            except LabError as exc:
+                errors.append(str(exc))
+        localaws.stop(self.workdir / "moto")
+        self.override.unlink(missing_ok=True)
+        shutil.rmtree(self.tf_dir / "terraform.tfstate.d" / WORKSPACE, ignore_errors=True)
+        with_state = self.tf_dir / "terraform.tfstate.d"
+        if with_state.is_dir() and not any(with_state.iterdir()):
+            with_state.rmdir()
+        if errors:
+            raise TwinError("\n".join(errors))
+
+
+def slot_of(instance: Mapping[str, Any]) -> str:
+    tags = instance["tags"]
+    return f"{tags[TAG_KEYS['task_type']]}-{tags[TAG_KEYS['task_index']]}"
+
+
+def lab_name(instance: Mapping[str, Any]) -> str:
+    return f"tw-{slot_of(instance)}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def render_override(url: str) -> str:
+    """The only difference from a real run, in Terraform: the provider talks to the emulator."""
+    endpoints = "\n".join(f'    {service} = "{url}"' for service in ("ec2", "iam", "s3", "sts"))
+    return ("# Written by the AWS twin test (lab/twin.py) while it runs; removed after. Never commit it.\n"
+            'provider "aws" {\n'
+            "  skip_credentials_validation = true\n"
+            "  skip_requesting_account_id  = true\n"
+            "  skip_metadata_api_check     = true\n"
+            f"  endpoints {{\n{endpoints}\n  }}\n"
+            "}\n")
+
+
+def cloud_init_console(public_key: str) -> str:
+    """A console log as an EC2 instance's shows it once cloud-init has run: its host keys between the markers."""
+    kind, blob = public_key.split()[:2]
+    return ("[    0.000000] Linux version 6.8.0-1021-aws (buildd@lcy02-amd64-040) #23~22.04.1-Ubuntu SMP\n"
+            "[   14.221934] cloud-init[812]: Cloud-init v. 24.4-0ubuntu1~22.04.1 running 'modules:final'\n"
+            "-----BEGIN SSH HOST KEY FINGERPRINTS-----\n"
+            "256 SHA256:(fingerprint) root@ip (ED25519)\n"
+            "-----END SSH HOST KEY FINGERPRINTS-----\n"
+            "-----BEGIN SSH HOST KEY KEYS-----\n"
+            f"{kind} {blob} root@ip\n"
+            "-----END SSH HOST KEY KEYS-----\n"
+            "[   15.102113] cloud-init[812]: Cloud-init v. 24.4 finished. Datasource DataSourceEc2Local.\n")

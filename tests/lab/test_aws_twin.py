@@ -1,0 +1,168 @@
+"""The AWS twin: `make provision|train|destroy CLUSTER=aws` with the infra/aws root as it is, against an emulated
+account (moto) whose instances are lab hosts (lab/twin.py says exactly what differs from a real run: the endpoint
+and the credentials).
+
+In order, on one twin: provision (an instance whose sshd starts 25 s late; host keys from the console output),
+train the default job (real MNIST, default settings but one epoch) over SSH by private IP as the AMI's `ubuntu`
+user, collect and verify; the same through a bastion with the hosts reachable only through it; a host whose key
+changed is refused naming it; destroy leaves no instance with the cluster tag. Figures (provision time, time to
+the first training step) are printed and written to <tmp>/twin-figures.json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lab.access import port_open
+from lab.twin import CLUSTER, REGION, Twin, lab_name
+from tfcluster import known_hosts
+from tfcluster.files import verify_dir
+from tfcluster.wheelhouse import DEFAULT_DEST, build
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+LATE_SLOT, LATE_SECONDS = "worker-1", 25
+TYPE = "g5.xlarge"  # the root's default instance type
+SESSION = f"{int(time.time()) % 100000:05d}"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def twin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
+    build(dest=DEFAULT_DEST)  # the hosts have no route out: the runtime comes from the wheelhouse (air-gapped path)
+    twin = Twin(tmp_path_factory.mktemp("twin"))
+    request.addfinalizer(twin.close)
+    twin.start()
+    yield twin
+    print(f"[twin] figures: {json.dumps(FIGURES, sort_keys=True)}")
+    (twin.workdir / "twin-figures.json").write_text(json.dumps(FIGURES, indent=1, sort_keys=True))
+
+
+FIGURES: dict[str, Any] = {}
+TRAIN_VARS = {"EPOCHS": "1", "ANSIBLE_ARGS": f"-e python_runtime_wheelhouse={DEFAULT_DEST}"}
+
+
+def _job(name: str) -> str:
+    return f"twin-{name}-{SESSION}"
+
+
+def _log_of(output: str) -> str:
+    """The whole Terraform/provision output of a `tfcluster` command: the log file it names (`log: PATH`)."""
+    match = re.search(r"log: (\S+\.log)", output)
+    path = Path(match.group(1)) if match else None
+    if path is not None and not path.is_absolute():
+        path = REPO / path
+    return path.read_text(errors="replace") if path is not None and path.is_file() else ""
+
+
+def _ok(run: Any) -> None:
+    assert run.returncode == 0, run.tail(80)
+
+
+def test_provision_applies_the_root_and_reads_host_keys_from_the_console(twin: Twin) -> None:
+    started = twin.make_async("provision", AUTO_APPROVE="1")
+    instances = twin.wait_instances(2)  # apply has launched them; the hosts boot now (and one sshd is late)
+    lab = twin.boot_lab(instances, late={LATE_SLOT: LATE_SECONDS})
+    run = twin.wait(started)
+    _ok(run)
+    FIGURES["provision_s"] = round(run.seconds, 1)
+    # the zone: one that offers the type, in a region where one zone does not
+    zone = twin.subnet_of(instances[0])["AvailabilityZone"]
+    offers = twin.ec2().describe_instance_type_offerings(
+        LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [TYPE]}])
+    offered = sorted(o["Location"] for o in offers["InstanceTypeOfferings"])
+    zones = [z["ZoneName"] for z in twin.ec2().describe_availability_zones()["AvailabilityZones"]]
+    assert zone in offered and set(zones) - set(offered), (zone, offered, zones)
+    assert {i["InstanceType"] for i in instances} == {TYPE}
+    image = twin.ec2().describe_images(ImageIds=[instances[0]["ImageId"]])["Images"][0]
+    assert image["Name"].startswith("Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)")
+    # the cluster's own known_hosts: each instance's key, by the private IP Ansible uses
+    keys = lab.host_keys()
+    expected = {i["PrivateIpAddress"]: " ".join(keys[lab_name(i)].split()[:2]) for i in instances}
+    lines = known_hosts.path_for(CLUSTER).read_text().splitlines()
+    assert sorted(lines) == sorted(f"{address} {key}" for address, key in expected.items())
+    assert f"region {REGION}" not in run.output  # no preflight refusal
+    print(f"[twin] provision {run.seconds:.1f} s")
+
+
+def _watch_first_step(twin: Twin, job: str, chief: str, stop: threading.Event, t0: float) -> None:
+    """Record the seconds from `make train` to the chief's first training step (its status.json)."""
+    while not stop.is_set():
+        proc = twin.lab.ssh(chief, f"cat /var/lib/tfcluster/{job}/status.json", check=False, timeout=20)
+        try:
+            status = json.loads(proc.stdout) if proc.returncode == 0 else {}
+        except ValueError:
+            status = {}
+        if int(status.get("step") or 0) > 0 or int(status.get("epochs_done") or 0) > 0:
+            FIGURES.setdefault(f"first_step_s[{job}]", round(time.monotonic() - t0, 1))
+            return
+        time.sleep(0.5)
+
+
+def _train(twin: Twin, job: str) -> Any:
+    stop = threading.Event()
+    started = twin.make_async("train", JOB=job, **TRAIN_VARS)
+    watcher = threading.Thread(target=_watch_first_step, args=(twin, job, "tw-worker-0", stop, started[2]),
+                               daemon=True)
+    watcher.start()
+    run = twin.wait(started, timeout=900)
+    stop.set()
+    watcher.join(timeout=30)
+    _ok(run)
+    current = REPO / "artifacts" / "aws" / job / "current"
+    assert verify_dir(current) > 0  # every file of the manifest, sha256-checked
+    metrics = json.loads((current / "metrics.json").read_text())
+    assert metrics["test_accuracy"] >= 0.95, metrics
+    assert metrics.get("dataset", "mnist") != "synthetic"
+    FIGURES[f"train_s[{job}]"] = round(run.seconds, 1)
+    FIGURES[f"test_accuracy[{job}]"] = metrics["test_accuracy"]
+    return run
+
+
+def test_train_the_default_job_over_ssh_by_private_ip(twin: Twin) -> None:
+    assert twin.lab is not None
+    run = _train(twin, _job("private"))
+    # as the AMI's user, not root
+    assert "ubuntu" in twin.lab.ssh("tw-worker-0", "stat -c %U /home/ubuntu").stdout
+    first = FIGURES.get(f"first_step_s[{_job('private')}]")
+    print(f"[twin] train (private) {run.seconds:.1f} s; first step {first} s")
+
+
+def test_bastion_mode_reaches_the_hosts_only_through_the_jump_host(twin: Twin) -> None:
+    assert twin.lab is not None
+    twin.use_bastion()
+    member = twin.lab.host("tw-worker-0")
+    assert not port_open(member.address, 22, 1.0), "the hosts must not be reachable from the control machine"
+    _ok(twin.make("provision", AUTO_APPROVE="1"))
+    text = known_hosts.path_for(CLUSTER).read_text()
+    assert twin.lab.bastion is not None and f"{twin.lab.bastion.front_address} ssh-ed25519" in text
+    _train(twin, _job("bastion"))
+
+
+def test_a_changed_host_key_stops_the_run_naming_the_host(twin: Twin) -> None:
+    assert twin.lab is not None
+    twin.lab.rekey("tw-worker-1")
+    job = _job("rekeyed")
+    run = twin.make("train", JOB=job, timeout=600, **TRAIN_VARS)
+    assert run.returncode != 0
+    text = run.output + _log_of(run.output)
+    assert "worker-1" in run.output, run.tail(40)
+    assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in text or "Host key verification failed" in text, run.tail(40)
+    for host in ("tw-worker-0", "tw-worker-1"):  # nothing was started anywhere
+        assert twin.lab.ssh(host, f"test -e /etc/tfcluster/{job}.env", check=False).returncode == 1
+
+
+def test_destroy_leaves_no_instance_with_the_cluster_tag(twin: Twin) -> None:
+    run = twin.make("destroy", AUTO_APPROVE="1")
+    _ok(run)
+    assert twin.instances() == []
+    said = f"0 instances tagged tfcluster:cluster={CLUSTER} remain"
+    assert said in run.output or said in _log_of(run.output), run.tail(30)
+    assert not known_hosts.path_for(CLUSTER).exists()

@@ -1,0 +1,134 @@
+"""The job on real systemd hosts (the flow lab): the hardened unit, arguments as data, GPUs the job can see, the
+deadline.
+
+* A CPU job trains (RING) under the unit's sandbox, with the system-call filter set to kill (not EPERM) on anything
+  outside @system-service: the run finishing proves the filter covers a real training run. systemd-analyze rates
+  the unit, and a unit rendered for a GPU host, at 2.0 or less.
+* Arguments with quotes, ';', '%', '$' and '{{ }}' reach the program as typed under systemd; env and spec files are
+  0640 root:<job group>.
+* A job that declares GPUs on a GPU-less host fails in preflight, naming the host, and no unit starts anywhere.
+* A job with a one-minute deadline ends as timeout after a backup; a re-run with no deadline resumes from it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lab.flows import MWMS_SLOTS, TINY_TRAINER_ARGS, Flows
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+HOSTS = [h for h, _, _ in MWMS_SLOTS]
+BYO = Path(__file__).resolve().parents[1] / "integration/playbooks/byo_job.py"  # the local-slot tests' script
+EXPOSURE = re.compile(r"Overall exposure level for \S+: (\d+\.\d+)")
+# The filter's default action (kill the process) instead of EPERM: a call outside the list ends the run loudly.
+KILL_ON_FORBIDDEN_CALLS = ["SystemCallErrorNumber="]
+
+
+def exposure(flows: Flows, host: str, unit: str) -> float:
+    out = flows.lab.ssh(host, f"systemd-analyze security {unit} --no-pager", timeout=60).stdout
+    match = EXPOSURE.search(out)
+    assert match, out
+    print(f"[job] systemd-analyze security {unit} on {host}: {match.group(1)}")
+    return float(match.group(1))
+
+
+def unsafe(value: str) -> dict[str, str]:
+    return {"__ansible_unsafe": value}
+
+
+@pytest.mark.timeout(1800)
+def test_a_cpu_job_trains_in_the_hardened_unit(flow_lab: Flows) -> None:
+    job = flow_lab.job("job-sandbox")
+    try:
+        run = flow_lab.run("train.yml", flow_lab.hosts_file(job, MWMS_SLOTS), job,
+                           {"tf_job_sandbox_extra": KILL_ON_FORBIDDEN_CALLS}, timeout=900)
+        assert run.returncode == 0, run.describe(120)
+        metrics = json.loads((flow_lab.artifacts(job) / "current/metrics.json").read_text())
+        assert metrics.get("collective", "ring") == "ring", metrics
+        for host in HOSTS:
+            assert "status=31/SYS" not in "\n".join(flow_lab.journal(host, job))
+        assert exposure(flow_lab, "f-chief", flow_lab.unit(job)) <= 2.0
+        modes = flow_lab.lab.ssh("f-w0", f"stat -c '%a %U %G' /etc/tfcluster/{job}.env /etc/tfcluster/{job}.json")
+        assert modes.stdout.split("\n")[:2] == ["640 root tfcluster"] * 2
+    finally:
+        flow_lab.stop_everywhere(job, HOSTS)
+
+
+@pytest.mark.timeout(900)
+def test_a_unit_rendered_for_gpus_is_hardened_too(flow_lab: Flows) -> None:
+    """Rendered only (tag tf_job_configure): DevicePolicy=closed + DeviceAllow for the NVIDIA nodes."""
+    job = flow_lab.job("job-gpu-unit")
+    run = flow_lab.run("train.yml", flow_lab.hosts_file(job, MWMS_SLOTS[:1]), job,
+                       {"tf_job_gpus": 2, "tf_job_backend": "systemd"}, args=["--tags", "tf_job_configure"])
+    assert run.returncode == 0, run.describe()
+    unit = flow_lab.lab.ssh("f-chief", f"cat /etc/systemd/system/{flow_lab.unit(job)}").stdout
+    assert "DevicePolicy=closed" in unit and "DeviceAllow=/dev/nvidia1 rw" in unit and "PrivateDevices" not in unit
+    flow_lab.lab.ssh("f-chief", "systemctl daemon-reload")
+    assert exposure(flow_lab, "f-chief", flow_lab.unit(job)) <= 2.0
+
+
+@pytest.mark.timeout(900)
+def test_arguments_reach_the_program_as_typed_under_systemd(flow_lab: Flows) -> None:
+    job = flow_lab.job("job-args")
+    odd = ["x'; touch /tmp/MARKER; '", "{{ lookup('pipe', 'touch /tmp/MARKER') }}", "50%", "%n", "$HOME", "${PATH}",
+           "a b", '"quoted"', "back\\slash"]
+    echo = f"/var/lib/tfcluster/{job}/argv.json"
+    args = ["--steps", "2", "--echo-args", echo, *odd]
+    try:
+        run = flow_lab.run("train.yml", flow_lab.hosts_file(job, MWMS_SLOTS[1:]), job, {
+            "tfcluster_script": unsafe(str(BYO)), "tfcluster_script_args": [unsafe(a) for a in args],
+            "tf_job_preflight_imports": []}, timeout=600)
+        assert run.returncode == 0, run.describe(80)
+        seen = flow_lab.read_json("f-w0", echo)
+        assert seen is not None and seen["argv"] == args, seen
+        for host in ("f-w0", "f-w1"):
+            assert flow_lab.lab.ssh(host, "test -e /tmp/MARKER", check=False).returncode == 1
+    finally:
+        flow_lab.stop_everywhere(job, ["f-w0", "f-w1"])
+
+
+@pytest.mark.timeout(900)
+def test_gpus_declared_on_a_gpu_less_host_fail_in_preflight(flow_lab: Flows) -> None:
+    job = flow_lab.job("job-nogpu")
+    hosts_file = flow_lab.hosts_file(job, MWMS_SLOTS)
+    prepared = flow_lab.run("site.yml", hosts_file, job, timeout=900)  # the release of this checkout everywhere
+    assert prepared.returncode == 0, prepared.describe()
+    spec = yaml.safe_load(hosts_file.read_text())
+    for host in spec["hosts"]:
+        host["gpus"] = 1 if host["name"] == "f-w1" else 0
+    hosts_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    # Only the job's plays (tag tf_job): with the lab's CPU-only wheelhouse the prepare stage refuses a GPU host
+    # before the job's own check could run (python_runtime); the job's preflight must catch it by itself too.
+    run = flow_lab.run("train.yml", hosts_file, job, timeout=600, args=["--tags", "tf_job"])
+    assert run.returncode != 0, run.describe()
+    assert [h for h, c in run.recap.items() if c["failed"]] == ["f-w1"], run.describe()
+    assert re.search(r"f-w1: TensorFlow sees 0 GPU\(s\) as the job's user in its sandbox, 1 declared\. Fix:",
+                     run.output), run.describe(60)
+    assert "Nothing was started" in run.output
+    assert flow_lab.never_started_anywhere(job, HOSTS) == {}
+
+
+@pytest.mark.timeout(1800)
+def test_the_deadline_ends_the_job_as_timeout_and_a_rerun_resumes(flow_lab: Flows) -> None:
+    job = flow_lab.job("job-deadline")
+    hosts_file = flow_lab.hosts_file(job, MWMS_SLOTS)
+    longer = {"tfcluster_trainer_args": TINY_TRAINER_ARGS + " --steps-per-epoch 400", "tfcluster_epochs": 6}
+    try:
+        run = flow_lab.run("train.yml", hosts_file, job, {**longer, "tfcluster_max_duration": 60}, timeout=900)
+        assert run.returncode != 0, run.describe()
+        assert "reached its deadline (MAX_DURATION 60 s" in run.output, run.describe(80)
+        props = flow_lab.unit_props("f-chief", job)
+        assert props.get("Result") == "timeout" and props.get("NRestarts") == "0", props
+        assert flow_lab.lab.ssh("f-chief", f"ls /var/lib/tfcluster/{job}/backup").stdout.strip()
+        rerun = flow_lab.run("train.yml", hosts_file, job, {**longer, "tfcluster_max_duration": 0}, timeout=1200)
+        assert rerun.returncode == 0, rerun.describe(80)
+        metrics = json.loads((flow_lab.artifacts(job) / "current/metrics.json").read_text())
+        assert metrics["resumes"] >= 1 and metrics["initial_epoch"] >= 1, metrics
+    finally:
+        flow_lab.stop_everywhere(job, HOSTS)

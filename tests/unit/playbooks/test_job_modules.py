@@ -1,0 +1,190 @@
+"""The job's Ansible modules run in-process (ansible's patch_module_args): job (rendered, started, stopped,
+finalized), job_info, job_preflight."""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from tfcluster import contract, files
+from tfcluster.host import jobspec
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "playbooks/collections"))  # the collection, as Ansible's loader finds it
+
+from ansible_collections.tfcluster.cluster.plugins.modules import job, job_info, job_preflight  # noqa: E402
+
+
+def run(module: Any, args: dict[str, Any], capsys: pytest.CaptureFixture[str], check: bool = False,
+        diff: bool = False) -> dict[str, Any]:
+    with patch_module_args({**args, "_ansible_check_mode": check, "_ansible_diff": diff}), \
+            pytest.raises(SystemExit):
+        module.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def spec_data(tmp: Path, argv: list[str]) -> dict[str, Any]:
+    return {"name": "t", "argv": argv, "env_file": str(tmp / "etc/t.env"), "workdir": str(tmp),
+            "run_dir": str(tmp / "run/t"), "log": str(tmp / "log/t.log"), "model_dir": str(tmp / "model"),
+            "restart_sec": 0.1, "pythonpath": str(REPO), "unit": None, "user": None, "group": None}
+
+
+def render_args(tmp: Path, argv: list[str], **more: Any) -> dict[str, Any]:
+    return {"state": "rendered", "spec": str(tmp / "etc/t.json"), "spec_data": spec_data(tmp, argv),
+            "env": {contract.ENV_JOB: "t", "ARG": "x'; touch MARKER; '"}, "header": "# job t", **more}
+
+
+def test_rendered_writes_what_differs_with_modes_and_a_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = render_args(tmp_path, ["/bin/true"], unit="[Service]\nExecStart=/bin/true\n",
+                       unit_path=str(tmp_path / "t.service"))
+    dry = run(job, args, capsys, check=True, diff=True)
+    assert dry["changed"] is True and dry["unit_changed"] is True and not (tmp_path / "etc").exists()
+    assert {d["after_header"] for d in dry["diff"]} >= {str(tmp_path / "etc/t.env"), str(tmp_path / "t.service")}
+    first = run(job, args, capsys)
+    assert first["changed"] is True and first["unit_changed"] is True
+    for name in ("etc/t.env", "etc/t.json"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o640, name
+    assert stat.S_IMODE((tmp_path / "model").stat().st_mode) == 0o750
+    assert jobspec.parse_env_file((tmp_path / "etc/t.env").read_text())["ARG"] == "x'; touch MARKER; '"
+    assert jobspec.load_spec(str(tmp_path / "etc/t.json"))["argv"] == ["/bin/true"]
+    again = run(job, args, capsys)
+    assert again["changed"] is False and again["unit_changed"] is False
+    (tmp_path / "etc/t.env").chmod(0o644)
+    assert run(job, args, capsys)["written"] == [str(tmp_path / "etc/t.env")]
+
+
+def test_rendered_refuses_a_bad_environment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(job, {**render_args(tmp_path, ["/bin/true"]), "env": {"BAD NAME": "x"}}, capsys)
+    assert out["failed"] and "environment variable name 'BAD NAME' is not valid" in out["msg"]
+
+
+def test_started_stopped_and_finalized(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(job, render_args(tmp_path, ["/bin/sh", "-c", "echo up; sleep 30"]), capsys)
+    spec = str(tmp_path / "etc/t.json")
+    assert run(job, {"spec": spec, "state": "started"}, capsys, check=True)["changed"] is True
+    assert not (tmp_path / "run/t/state.json").exists()
+    started = run(job, {"spec": spec, "state": "started"}, capsys)
+    try:
+        assert started["changed"] is True and started["state"] == jobspec.RUNNING
+        assert run(job, {"spec": spec, "state": "started"}, capsys)["changed"] is False
+        info = run(job_info, {"spec": spec, "lines": 5}, capsys)
+        assert info["changed"] is False and info["status"]["state"] == jobspec.RUNNING
+    finally:
+        stopped = run(job, {"spec": spec, "state": "stopped"}, capsys)
+    assert stopped["changed"] is True and stopped["state"] == jobspec.STOPPED
+    assert run(job, {"spec": spec, "state": "stopped"}, capsys)["changed"] is False
+    missing = run(job, {"spec": str(tmp_path / "none.json"), "state": "stopped"}, capsys)
+    assert missing["changed"] is False and "never rendered here" in missing["msg"]
+    finalized = run(job, {"spec": spec, "state": "finalized"}, capsys)
+    assert finalized == {"changed": True, "files": 0, "invocation": finalized["invocation"]}
+    assert files.verify_dir(tmp_path / "model") == 0  # a script that wrote nothing: an empty manifest, then DONE
+    assert run(job, {"spec": spec, "state": "finalized"}, capsys)["changed"] is False
+
+
+def test_job_info_names_a_missing_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(job_info, {"spec": str(tmp_path / "x.json")}, capsys)
+    assert out["failed"] and "x.json is missing or not a JSON object. Fix: render the job" in out["msg"]
+
+
+# --- job_preflight --------------------------------------------------------------------------------------------------
+def fake_python(tmp: Path, gpus: int) -> str:
+    """An interpreter stand-in: imports anything, lists ``gpus`` GPUs (no TensorFlow needed)."""
+    path = tmp / "venv/bin/python"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"#!/bin/sh\necho '{{\"gpus\": {gpus}}}'\necho started >> {tmp}/runs\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def preflight_args(tmp: Path, **more: Any) -> dict[str, Any]:
+    return {"job": {"model_dir": str(tmp / "model"), "run_dir": str(tmp / "run"), "log": str(tmp / "t.log"),
+                    "unit": ""}, "stamp_dir": str(tmp / "stamps"), **more}
+
+
+def test_preflight_passes_and_reports_facts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    release = tmp_path / "release"
+    (release / "trainer").mkdir(parents=True)
+    (release / "trainer/a.py").write_text("x = 1\n")
+    out = run(job_preflight, preflight_args(tmp_path, address="127.0.0.1:1", release_dir=str(release),
+                                            python=sys.executable, imports=["json"]), capsys)
+    assert out.get("failed") is not True, out
+    assert out["problems"] == [] and out["state"] == jobspec.INACTIVE and out["done"] is False
+    assert out["digest"] == files.tree_digest(release) and out["remembered"] == []
+    assert isinstance(out["systemd"], bool) and "default_interface" in out
+    assert run(job_preflight, preflight_args(tmp_path, python=sys.executable, imports=["json"]),
+               capsys)["remembered"] == ["imports"]
+
+
+def test_preflight_on_ipv6_sees_the_busy_port(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The bug: the port check got '[addr]' and answered 'Name or service not known' for every IPv6 host."""
+    try:
+        sock = socket.socket(socket.AF_INET6)
+        sock.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    sock.listen()
+    port = sock.getsockname()[1]
+    try:
+        out = run(job_preflight, preflight_args(tmp_path, address=f"[::1]:{port}"), capsys)
+    finally:
+        sock.close()
+    assert out["failed"] and out["problems"][0].startswith(f"port [::1]:{port} is not free (")
+    assert "Name or service not known" not in out["msg"]
+    assert run(job_preflight, preflight_args(tmp_path, address=f"[::1]:{port}"), capsys)["problems"] == []
+
+
+def test_preflight_lists_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "mnist.npz"
+    data.write_bytes(b"x")
+    args = preflight_args(tmp_path, python=sys.executable, imports=["no_such_module_tfcluster"],
+                          release_dir=str(tmp_path / "none"), files={str(data): "0" * 64},
+                          gpus=2, sandbox={})
+    args["python"] = fake_python(tmp_path, gpus=0)
+    out = run(job_preflight, args, capsys)
+    assert out["failed"] and len(out["problems"]) == 3, out["problems"]  # the fake python imports anything
+    assert "the trainer release" in out["problems"][0] and "is corrupt" in out["problems"][1]
+    assert "TensorFlow sees 0 GPU(s) as the job's user in its sandbox, 2 declared" in out["problems"][2]
+    assert out["gpus_seen"] == 0
+    assert [p.name.split("-")[0] for p in (tmp_path / "stamps").iterdir()] == ["imports"]  # a failed check: none
+
+
+def test_preflight_remembers_a_passed_gpu_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = preflight_args(tmp_path, gpus=1, python=fake_python(tmp_path, gpus=1))
+    assert run(job_preflight, args, capsys)["gpus_seen"] == 1
+    again = run(job_preflight, args, capsys)
+    assert again["remembered"] == ["gpus"] and (tmp_path / "runs").read_text().count("started") == 1
+
+
+def test_preflight_in_check_mode_on_a_fresh_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = preflight_args(tmp_path, python=str(tmp_path / "venv/bin/python"), imports=["tensorflow"],
+                          release_dir=str(tmp_path / "release"), files={str(tmp_path / "data"): ""}, gpus=1)
+    out = run(job_preflight, args, capsys, check=True)
+    assert out["problems"] == [] and out["digest"] is None and not (tmp_path / "stamps").exists()
+    assert run(job_preflight, args, capsys)["failed"]  # for real, the same host is not ready
+
+
+def test_preflight_skips_the_port_of_a_running_task(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A running task holds its own port: a re-run adopts it instead of failing on the port."""
+    run(job, render_args(tmp_path, ["/bin/sh", "-c", "sleep 30"]), capsys)
+    spec = str(tmp_path / "etc/t.json")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    address = f"127.0.0.1:{sock.getsockname()[1]}"
+    args = {"job": {"model_dir": str(tmp_path / "model"), "run_dir": str(tmp_path / "run/t"),
+                    "log": str(tmp_path / "log/t.log"), "unit": ""}, "address": address}
+    try:
+        assert run(job_preflight, args, capsys)["failed"]
+        run(job, {"spec": spec, "state": "started"}, capsys)
+        out = run(job_preflight, args, capsys)
+        assert out["state"] == jobspec.RUNNING and out["problems"] == []
+    finally:
+        run(job, {"spec": spec, "state": "stopped"}, capsys)
+        sock.close()

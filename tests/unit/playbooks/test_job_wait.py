@@ -1,0 +1,182 @@
+"""The wait decision (tfcluster/wait.py) and the failure summary (tfcluster/failure.py): pure functions, tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tfcluster import contract
+from tfcluster.failure import summarize
+from tfcluster.host import jobspec
+from tfcluster.wait import DONE_DECISION, FAILED_DECISION, STALLED, Settings, decide, remembered_state
+
+RUNNING, SUCCEEDED, PREEMPTED, TIMEOUT = jobspec.RUNNING, jobspec.SUCCEEDED, jobspec.PREEMPTED, jobspec.TIMEOUT
+STOPPED, INACTIVE, FAILED, LOST = jobspec.STOPPED, jobspec.INACTIVE, jobspec.FAILED, jobspec.LOST
+SETTINGS = Settings(chief="w0", require_done=True, timeout=3600, stall_timeout=600)
+
+
+def ok(state: str, **more: Any) -> dict[str, Any]:
+    return {"status": {"state": state, "restarts": 0, "log_tail": ["last line"], "now": 1000.0, **more}}
+
+
+def run(*polls: dict[str, Any], seen: dict | None = None, now: float = 1000.0, started: float = 900.0,
+        settings: Settings = SETTINGS) -> dict[str, Any]:
+    hosts = [f"w{i}" for i in range(len(polls))]
+    return decide(dict(zip(hosts, polls, strict=True)), {h: f"worker:{i}" for i, h in enumerate(hosts)}, seen or {},
+                  now=now, started=started, settings=settings)
+
+
+def test_running_reports_one_entry_per_task_with_its_progress() -> None:
+    progress = {"state": "training", "epoch": 2, "epochs": 3, "step": 10, "steps_per_epoch": 100,
+                "examples_per_sec": 12345.6, "loss": 0.5, "accuracy": 0.9, "eta_seconds": 42, "other": "x"}
+    out = run(ok(RUNNING, progress=progress, progress_mtime=990.0, started_at=950.0), ok(RUNNING))
+    assert out["decision"] == RUNNING and out["culprit"] is None and out["elapsed"] == 100.0
+    first, second = out["tasks"]
+    assert first == {"host": "w0", "slot": "worker:0", "state": f"{RUNNING}/training", "restarts": 0, "epoch": 2,
+                     "epochs": 3, "step": 10, "steps_per_epoch": 100, "examples_per_sec": 12345.6, "loss": 0.5,
+                     "accuracy": 0.9, "eta_seconds": 42, "age_seconds": 10.0, "elapsed_seconds": 50.0}
+    assert second == {"host": "w1", "slot": "worker:1", "state": RUNNING, "restarts": 0}  # a script without status
+
+
+def test_done_needs_the_chiefs_marker_unless_a_script_ran() -> None:
+    assert run(ok(SUCCEEDED, done=True), ok(SUCCEEDED))["decision"] == DONE_DECISION
+    out = run(ok(SUCCEEDED, done=False, model_dir="/m"), ok(SUCCEEDED))
+    assert out["decision"] == FAILED_DECISION and out["culprit"] == "w0"
+    assert "every task exited 0 but the chief w0 wrote no DONE marker in /m" in out["message"]
+    relaxed = Settings(chief="w0", require_done=False)
+    assert run(ok(SUCCEEDED), ok(SUCCEEDED), settings=relaxed)["decision"] == DONE_DECISION
+
+
+@pytest.mark.parametrize(("second", "decision", "text"), [
+    (ok(FAILED, exit_code=1, restarts=3), FAILED_DECISION, "job failed on w1 (exit code 1, restarts 3)"),
+    (ok(LOST), FAILED_DECISION, "job lost on w1"),
+    (ok(STOPPED), FAILED_DECISION, "job is stopped on w1 while the others run"),
+    ({"error": "ssh: timeout", "unreachable": True}, FAILED_DECISION, "host unreachable: ssh: timeout"),
+    ({"error": "rc=1: boom"}, FAILED_DECISION, "host status unreadable: rc=1: boom"),
+    (ok(PREEMPTED), PREEMPTED, "w1 was preempted (exit 3, a backup was saved)"),
+    (ok(TIMEOUT), TIMEOUT, "the job reached its deadline (MAX_DURATION its limit, tfcluster_max_duration) on w1"),
+])
+def test_the_first_reason_names_the_host(second: dict, decision: str, text: str) -> None:
+    out = run(ok(RUNNING), second)
+    assert out["decision"] == decision and out["culprit"] == "w1"
+    assert text in out["message"]
+
+
+def test_a_failure_outranks_a_deadline_and_a_deadline_outranks_preemption() -> None:
+    assert run(ok(TIMEOUT), ok(FAILED))["decision"] == FAILED_DECISION
+    out = run(ok(PREEMPTED), ok(TIMEOUT), settings=Settings(chief="w0", max_duration=60))
+    assert out["decision"] == TIMEOUT and out["culprit"] == "w1"
+    assert "deadline (MAX_DURATION 60 s" in out["message"] and "run it again with a longer MAX_DURATION" in out[
+        "message"]
+
+
+def test_the_wait_limit_and_the_stall() -> None:
+    out = run(ok(RUNNING), started=0.0, settings=Settings(chief="w0", timeout=10))
+    assert out["decision"] == TIMEOUT and "did not finish within 10 s (tf_job_wait_timeout)" in out["message"]
+    stall = Settings(chief="w0", stall_timeout=5)
+    first = run(ok(RUNNING), now=100.0, settings=stall)
+    assert first["decision"] == RUNNING
+    later = run(ok(RUNNING), now=106.0, seen=first["seen"], settings=stall)
+    assert later["decision"] == STALLED and "w0 made no progress for 5s (tf_job_stall_timeout)" in later["message"]
+    moving = run(ok(RUNNING, log_mtime=105.0), now=106.0, seen=first["seen"], settings=stall)
+    assert moving["decision"] == RUNNING
+
+
+@pytest.mark.parametrize(("before", "after", "decision"), [
+    (RUNNING, LOST, FAILED_DECISION),       # rebooted mid-run: the exit record in /run is gone with it
+    (jobspec.RESTARTING, LOST, FAILED_DECISION),
+    (SUCCEEDED, SUCCEEDED, DONE_DECISION),  # rebooted after it finished: it did finish
+    (None, INACTIVE, FAILED_DECISION),      # never seen running: inactive while the other one runs
+])
+def test_what_the_previous_round_saw_is_remembered(before: str | None, after: str, decision: str) -> None:
+    first = run(ok(SUCCEEDED, done=True), ok(before or INACTIVE))
+    seen = first["seen"] if before else {}
+    other = SUCCEEDED if decision == DONE_DECISION else RUNNING
+    out = run(ok(other, done=True), ok(INACTIVE), seen=seen)
+    assert out["seen"]["w1"]["state"] == after
+    assert out["decision"] == decision, out
+    if after == LOST:
+        assert out["culprit"] == "w1"
+        assert f"job lost on w1: it was {before} at the previous poll and now has no unit" in out["message"]
+
+
+def test_lost_even_when_every_other_task_finished() -> None:
+    """The race a reboot can hit: the others exited 0 before the rebooted one's vanishing is seen."""
+    first = run(ok(RUNNING), ok(RUNNING))
+    out = run(ok(SUCCEEDED, done=True), ok(INACTIVE), seen=first["seen"])
+    assert out["decision"] == FAILED_DECISION and out["culprit"] == "w1"
+
+
+def test_all_stopped() -> None:
+    assert run(ok(INACTIVE), ok(STOPPED))["decision"] == STOPPED
+
+
+@pytest.mark.parametrize(("state", "before", "expected"), [
+    (INACTIVE, None, INACTIVE), (INACTIVE, RUNNING, LOST), (INACTIVE, LOST, LOST), (INACTIVE, TIMEOUT, TIMEOUT),
+    (INACTIVE, PREEMPTED, PREEMPTED), (RUNNING, SUCCEEDED, RUNNING), (INACTIVE, INACTIVE, INACTIVE),
+])
+def test_remembered_state(state: str, before: str | None, expected: str) -> None:
+    assert remembered_state(state, before) == expected
+
+
+# --- the failure summary --------------------------------------------------------------------------------------------
+TENSOR_DUMP = [f" [{i}. {i + 1}. {i + 2}. ... 0. 0. 0.]" for i in range(40)]
+GUIDE_FAILURE = [
+    "Epoch 1/3",
+    "Traceback (most recent call last):",
+    '  File "/opt/tfcluster/trainer/current/user/train.py", line 48, in <module>',
+    "    main()",
+    '  File "/opt/tfcluster/trainer/current/user/train.py", line 44, in main',
+    "    model.fit(dataset, epochs=args.epochs, steps_per_epoch=70)",
+    '  File "/opt/tfcluster/venv/lib/python3.11/site-packages/keras/src/utils/traceback_utils.py", line 122, in '
+    "error_handler",
+    "    raise e.with_traceback(filtered_tb) from None",
+    '  File "/opt/tfcluster/venv/lib/python3.11/site-packages/optree/ops.py", line 766, in tree_map',
+    "    return treespec.unflatten(map(func, *flat_args))",
+    "ValueError: Unrecognized type PerReplica: PerReplica:{",
+    *TENSOR_DUMP,
+    "}",
+]
+CHAINED = [
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3.11/json/decoder.py", line 353, in raw_decode',
+    "    obj, end = self.scan_once(s, idx)",
+    "StopIteration: 0",
+    "",
+    "During handling of the above exception, another exception occurred:",
+    "",
+    "Traceback (most recent call last):",
+    '  File "/opt/tfcluster/trainer/current/trainer/cli.py", line 80, in main',
+    "    return train.run(inv, status)",
+    '  File "<frozen runpy>", line 88, in _run_code',
+    "tensorflow.python.framework.errors_impl.UnavailableError: Collective ops is aborted by: failed to connect",
+    "Additional GRPC error information from remote target /job:worker/replica:0/task:1:",
+]
+
+
+@pytest.mark.parametrize(("lines", "expected"), [
+    (GUIDE_FAILURE, {"type": "ValueError", "message": "Unrecognized type PerReplica: PerReplica:{",
+                     "frame": "/opt/tfcluster/trainer/current/user/train.py:44 in main: "
+                              "model.fit(dataset, epochs=args.epochs, steps_per_epoch=70)"}),
+    (CHAINED, {"type": "tensorflow.python.framework.errors_impl.UnavailableError",
+               "message": "Collective ops is aborted by: failed to connect",
+               "frame": "/opt/tfcluster/trainer/current/trainer/cli.py:80 in main: return train.run(inv, status)"}),
+    (["step 3", "KeyError: 'x'"], {"type": "KeyError", "message": "'x'", "frame": None}),
+    (["Traceback (most recent call last):", '  File "/x/site-packages/a.py", line 1, in f', "    g()",
+      "SystemExit: 2"], {"type": "SystemExit", "message": "2", "frame": None}),
+    (["step 1", "step 2", *TENSOR_DUMP], None),
+    ([], None),
+])
+def test_the_failure_summary_finds_the_exception_not_the_tensor_dump(lines: list[str], expected: dict | None) -> None:
+    assert summarize(lines) == expected
+
+
+def test_the_summary_keeps_only_the_first_line_of_a_long_message() -> None:
+    out = summarize(["Traceback (most recent call last):", '  File "/s.py", line 1, in <module>',
+                     f"RuntimeError: {'x' * 1000}"])
+    assert out is not None and len(out["message"]) == 300 and out["frame"] == "/s.py:1 in <module>"
+
+
+def test_exit_codes_come_from_the_contract() -> None:
+    assert str(contract.EXIT_PREEMPTED) in run(ok(RUNNING), ok(PREEMPTED))["message"]

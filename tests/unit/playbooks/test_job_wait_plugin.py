@@ -1,0 +1,144 @@
+"""The wait loop (tfcluster.cluster.wait action plugin): polls local slots in-process and hosts over ssh (a stand-in
+ssh that runs the command here), decides, prints, emits events, and returns the culprit's error and log."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from tfcluster import contract, events
+from tfcluster.host import jobspec, supervisor
+
+REPO = Path(__file__).resolve().parents[3]
+PLUGIN = REPO / "playbooks/collections/ansible_collections/tfcluster/cluster/plugins/action/wait.py"
+
+
+def load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_tfjob_wait_action", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+wait = load(PLUGIN)
+LOCAL = {"name": "w", "connection": "local"}
+
+
+def task_spec(tmp: Path, name: str, script: str, max_restarts: int = 0) -> str:
+    (tmp / name).mkdir()
+    (tmp / name / "env").write_text(jobspec.render_env_file({"X": "1"}))
+    spec = {"name": name, "argv": ["/bin/sh", "-c", script], "env_file": str(tmp / name / "env"),
+            "workdir": str(tmp), "run_dir": str(tmp / name / "run"), "log": str(tmp / name / "log"),
+            "model_dir": str(tmp / name / "model"), "restart_sec": 0.1, "max_restarts": max_restarts,
+            "pythonpath": str(REPO)}
+    path = tmp / name / "spec.json"
+    path.write_text(json.dumps(spec))
+    return str(path)
+
+
+def target(spec: str, slot: str, reach: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"slot": slot, "spec": spec, "python": "/usr/bin/python3", "pythonpath": str(REPO),
+            "reach": reach or LOCAL}
+
+
+@pytest.fixture
+def fake_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``ssh OPTIONS -- HOST COMMAND`` runs COMMAND here; host ``down`` answers like an unreachable host (255)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ssh = bin_dir / "ssh"
+    ssh.write_text('#!/bin/sh\nfor last; do :; done\nfor a; do [ "$a" = down ] && { echo "ssh: connect to host '
+                   'down port 22: No route to host" >&2; exit 255; }; done\nexec sh -c "$last"\n')
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return ssh
+
+
+def test_poll_reads_local_slots_in_process_and_hosts_over_ssh(tmp_path: Path, fake_ssh: Path) -> None:
+    spec = task_spec(tmp_path, "a", "echo hello")
+    supervisor.start(spec)
+    local = wait.poll(target(spec, "worker:0"), 5, 30)
+    remote = wait.poll(target(spec, "worker:0", {"name": "h", "connection": "ssh", "host": "h"}), 5, 30)
+    assert local["status"]["name"] == remote["status"]["name"] == "a"
+    down = wait.poll(target(spec, "worker:0", {"name": "d", "connection": "ssh", "host": "down"}), 5, 30)
+    assert down == {"error": "ssh: connect to host down port 22: No route to host", "unreachable": True}
+    missing = wait.poll(target(str(tmp_path / "none.json"), "worker:0", {"name": "h", "connection": "ssh",
+                                                                         "host": "h"}), 5, 30)
+    assert "none.json is missing" in missing["error"] and "unreachable" not in missing
+
+
+def test_status_words_run_the_release_with_the_system_python() -> None:
+    words = wait.status_words({"spec": "/etc/tfcluster/j.json", "python": "/usr/bin/python3",
+                               "pythonpath": "/opt/tfcluster/trainer/current"}, 20)
+    assert words == ["env", "PYTHONPATH=/opt/tfcluster/trainer/current", "/usr/bin/python3", "-m",
+                     "tfcluster.host.jobstatus", "status", "/etc/tfcluster/j.json", "--lines", "20"]
+
+
+@pytest.mark.parametrize(("slot", "key"), [("chief:0", (0, 0)), ("ps:1", (1, 1)), ("worker:10", (2, 10)),
+                                           ("evaluator:0", (3, 0)), ("?", (4, 0))])
+def test_slot_order(slot: str, key: tuple[int, int]) -> None:
+    assert wait.slot_key(slot) == key
+
+
+def action(args: dict[str, Any]) -> Any:
+    task = mock.Mock(args=args, async_val=0, check_mode=False, action="tfcluster.cluster.wait")
+    connection = mock.Mock()
+    connection._shell.tmpdir = "/tmp"
+    return wait.ActionModule(task, connection, mock.Mock(), mock.Mock(), mock.Mock())
+
+
+def test_the_loop_waits_until_done_printing_and_emitting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    events_file = tmp_path / "events.jsonl"
+    monkeypatch.setenv(events.ENV, str(events_file))
+    chief = task_spec(tmp_path, "c", f"sleep 1; touch {tmp_path}/c/model/{contract.DONE}")
+    worker = task_spec(tmp_path, "w", "sleep 0.5")
+    for spec in (chief, worker):
+        supervisor.start(spec)
+    result = action({"targets": {"w-host": target(worker, "worker:0"), "c-host": target(chief, "chief:0")},
+                     "chief_host": "c-host", "job": "j", "interval": 0.2, "print_every": 60}).run(task_vars={})
+    assert result["decision"] == "done" and result["culprit"] is None and result["error"] is None
+    assert [t["host"] for t in result["tasks"]] == ["c-host", "w-host"]  # slot order
+    kinds = [json.loads(line)["event"] for line in events_file.read_text().splitlines()]
+    assert kinds[-1] == "decision" and kinds.count("progress") >= 2
+    out = capsys.readouterr().out
+    assert "job j: running" in out and "job j: done" in out and "c-host" in out
+
+
+def test_a_failed_task_comes_back_with_its_error_and_log(tmp_path: Path) -> None:
+    script = ("echo step 1; echo 'Traceback (most recent call last):'; "
+              "echo '  File \"/job/user/train.py\", line 7, in main'; echo '    model.fit(x)'; "
+              "echo 'ValueError: Unrecognized type PerReplica: PerReplica:{'; "
+              "for i in $(seq 60); do echo \" [$i. 0. 0.]\"; done; exit 1")
+    bad = task_spec(tmp_path, "b", script)
+    ok = task_spec(tmp_path, "o", "sleep 30")
+    for spec in (bad, ok):
+        supervisor.start(spec)
+    try:
+        result = action({"targets": {"b": target(bad, "worker:1"), "o": target(ok, "worker:0")}, "chief_host": "o",
+                         "interval": 0.2, "log_lines": 5}).run(task_vars={})
+    finally:
+        supervisor.stop(ok)
+    assert result["decision"] == "failed" and result["culprit"] == "b"
+    assert "job failed on b (exit code 1, restarts 0)" in result["message"]
+    assert result["error"] == {"type": "ValueError", "message": "Unrecognized type PerReplica: PerReplica:{",
+                               "frame": "/job/user/train.py:7 in main: model.fit(x)"}
+    assert result["log_tail"] == [f" [{i}. 0. 0.]" for i in range(56, 61)]
+
+
+def test_once_polls_once(tmp_path: Path) -> None:
+    spec = task_spec(tmp_path, "s", "sleep 30")
+    supervisor.start(spec)
+    try:
+        result = action({"targets": {"s": target(spec, "worker:0")}, "chief_host": "s", "once": True}).run(task_vars={})
+    finally:
+        supervisor.stop(spec)
+    assert result["decision"] == "running" and result["tasks"][0]["state"] == jobspec.RUNNING

@@ -1,0 +1,312 @@
+"""A task's status and log, for both backends (a systemd unit, or the process backend's supervisor).
+
+    python3 -m tfcluster.host.jobstatus status SPEC [--unit UNIT] [--lines N]      one JSON line
+    python3 -m tfcluster.host.jobstatus logs SPEC [--unit UNIT] [--lines N] [--follow]
+
+``status`` prints the task's state (contract.JOB_STATES), exit code, restarts, pid, start time, the model dir's
+facts (DONE, the program's status.json and its age) and the last log lines. ``logs`` prints the log; with
+``--follow`` it keeps printing until the task no longer runs. The unit comes from ``--unit`` or the spec (systemd
+backend). Standard library only: the wait loop runs it on every host (PYTHONPATH=<release>), ``make status`` and
+``make logs`` too, and the job_info module imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+try:
+    from tfcluster.contract import DONE, EXIT_PREEMPTED, STATUS
+    from tfcluster.files import read_json
+    from tfcluster.host.jobspec import (
+        ACTIVE_STATES,
+        FAILED,
+        INACTIVE,
+        LOST,
+        PREEMPTED,
+        RESTARTING,
+        RUNNING,
+        STARTING,
+        STOPPED,
+        SUCCEEDED,
+        SUPERVISE_MARK,
+        TIMEOUT,
+        JobError,
+        dumps,
+        last_exit_path,
+        load_spec,
+        main_pid_path,
+        mtime,
+        pid_alive,
+        read_int,
+        read_state,
+        supervisor_pid_path,
+        tail,
+    )
+except ImportError:  # inside an Ansible module: module_utils of the tfcluster.cluster collection
+    from ansible_collections.tfcluster.cluster.plugins.module_utils.contract import (  # type: ignore
+        DONE,
+        EXIT_PREEMPTED,
+        STATUS,
+    )
+    from ansible_collections.tfcluster.cluster.plugins.module_utils.files import read_json  # type: ignore
+    from ansible_collections.tfcluster.cluster.plugins.module_utils.jobspec import (  # type: ignore
+        ACTIVE_STATES,
+        FAILED,
+        INACTIVE,
+        LOST,
+        PREEMPTED,
+        RESTARTING,
+        RUNNING,
+        STARTING,
+        STOPPED,
+        SUCCEEDED,
+        SUPERVISE_MARK,
+        TIMEOUT,
+        JobError,
+        dumps,
+        last_exit_path,
+        load_spec,
+        main_pid_path,
+        mtime,
+        pid_alive,
+        read_int,
+        read_state,
+        supervisor_pid_path,
+        tail,
+    )
+
+UNIT_KEYS = ("ActiveState", "SubState", "Result", "ExecMainStatus", "ExecMainCode", "NRestarts", "MainPID",
+             "ExecMainStartTimestampMonotonic", "RuntimeMaxUSec")
+NO_LIMIT = ("", "infinity", "0")
+
+
+# --- the process backend --------------------------------------------------------------------------------------------
+def process_status(spec: Mapping[str, Any], lines: int) -> dict[str, Any]:
+    state = read_state(spec)
+    pid = read_int(supervisor_pid_path(spec))
+    alive = pid_alive(pid, SUPERVISE_MARK) and pid_alive(pid, spec["run_dir"])
+    name = state.get("state") or INACTIVE
+    if name == STARTING:
+        name = RUNNING
+    if name in ACTIVE_STATES and not alive:
+        name = LOST
+    return {
+        "state": name,
+        "exit_code": state.get("exit_code"),
+        "signal": state.get("signal"),
+        "restarts": state.get("restarts", 0),
+        "pid": read_int(main_pid_path(spec)) if alive else None,
+        "started_at": state.get("started_at"),
+        "log_mtime": mtime(spec["log"]),
+        "log_tail": tail(spec["log"], lines),
+    }
+
+
+# --- the systemd backend --------------------------------------------------------------------------------------------
+def read_last_exit(run_dir: str) -> list[str] | None:
+    """``SERVICE_RESULT EXIT_CODE EXIT_STATUS`` written by the unit's ExecStopPost (None: never ended here)."""
+    try:
+        with open(last_exit_path(run_dir), encoding="utf-8") as handle:
+            fields = handle.read().split()
+    except OSError:
+        return None
+    return fields if len(fields) == 3 else None
+
+
+def last_exit_state(fields: Sequence[str] | None, deadline: bool = False) -> tuple[str, int | None]:
+    """State and exit code of a task whose unit systemd already unloaded (it forgets inactive units)."""
+    if fields is None:
+        return INACTIVE, None
+    result, code, status = fields
+    exit_code = int(status) if status.isdigit() else None
+    if result == "timeout" and deadline:
+        return TIMEOUT, exit_code
+    if code == "exited" and exit_code == EXIT_PREEMPTED:
+        return PREEMPTED, exit_code
+    if result == "success" and code == "exited" and exit_code == 0:
+        return SUCCEEDED, 0
+    return STOPPED, exit_code
+
+
+def systemd_state(props: Mapping[str, str]) -> str:
+    """A unit's task state from ``systemctl show``."""
+    active = props.get("ActiveState", "inactive")
+    if active in ("active", "reloading"):
+        return RUNNING
+    if active in ("activating", "deactivating"):
+        return RESTARTING if props.get("SubState") == "auto-restart" else RUNNING
+    if props.get("Result") == "timeout" and props.get("RuntimeMaxUSec", "infinity") not in NO_LIMIT:
+        return TIMEOUT  # RuntimeMaxSec= (the job's deadline) ended it
+    if active == "failed":
+        return FAILED
+    if props.get("ExecMainStartTimestampMonotonic", "0") in ("", "0"):
+        return INACTIVE
+    status = props.get("ExecMainStatus", "0")
+    if status == str(EXIT_PREEMPTED):
+        return PREEMPTED
+    if props.get("Result") == "success" and status == "0":
+        return SUCCEEDED
+    return STOPPED
+
+
+def _run(argv: Sequence[str]) -> str:
+    try:
+        return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False,
+                              timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def unit_props(unit: str) -> dict[str, str]:
+    out = _run(["systemctl", "show", unit, "-p", ",".join(UNIT_KEYS)])
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def journal_tail(unit: str, lines: int) -> tuple[list[str], float | None]:
+    """The unit's last ``lines`` journal messages and the time of the newest (one journalctl run)."""
+    out = _run(["journalctl", "-u", unit, "-n", str(max(lines, 1)), "--no-pager", "-o", "json",
+                "--output-fields=MESSAGE"])
+    messages, newest = [], None
+    for line in out.splitlines():
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            entry = json.loads(line)
+            newest = int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+            message = entry.get("MESSAGE")
+            if isinstance(message, list):  # journald stores non-UTF-8 messages as byte arrays
+                message = bytes(message).decode("utf-8", "replace")
+            messages.append(str(message or ""))
+    return (messages[-lines:] if lines > 0 else []), newest
+
+
+def _started_at(monotonic_usec: str) -> float | None:
+    """The wall-clock time of a CLOCK_MONOTONIC timestamp in microseconds (systemd's *TimestampMonotonic)."""
+    if monotonic_usec in ("", "0"):
+        return None
+    with contextlib.suppress(ValueError):
+        return time.time() - (time.monotonic() - int(monotonic_usec) / 1e6)
+    return None
+
+
+def unit_status(unit: str, lines: int, run_dir: str | None = None, deadline: bool = False) -> dict[str, Any]:
+    props = unit_props(unit)
+    log_tail, log_mtime = journal_tail(unit, lines)
+    state = systemd_state(props)
+    exit_code: int | None = int(props.get("ExecMainStatus", "0") or 0)
+    if state == INACTIVE and run_dir:  # unloaded after it ended: how it ended is in run_dir/last-exit
+        state, last_code = last_exit_state(read_last_exit(run_dir), deadline)
+        exit_code = last_code if last_code is not None else exit_code
+    main_pid = int(props.get("MainPID", "0") or 0)
+    return {
+        "state": state,
+        "exit_code": exit_code,
+        "signal": None,
+        "restarts": int(props.get("NRestarts", "0") or 0),
+        "pid": main_pid or None,
+        "started_at": _started_at(props.get("ExecMainStartTimestampMonotonic", "0")),
+        "log_mtime": log_mtime,
+        "log_tail": log_tail,
+        "unit": unit,
+    }
+
+
+# --- both -----------------------------------------------------------------------------------------------------------
+def model_dir_facts(model_dir: str) -> dict[str, Any]:
+    status_file = os.path.join(model_dir, STATUS)
+    progress = read_json(status_file)
+    return {
+        "done": os.path.isfile(os.path.join(model_dir, DONE)),
+        "progress": progress if isinstance(progress, dict) else None,
+        "progress_mtime": mtime(status_file),
+    }
+
+
+def status(spec_file: str, unit: str | None = None, lines: int | None = None) -> dict[str, Any]:
+    """The task's status (see the module docstring)."""
+    spec = load_spec(spec_file)
+    unit = unit or spec.get("unit")
+    count = int(spec["log_tail_lines"] if lines is None else lines)
+    deadline = float(spec.get("max_duration") or 0) > 0
+    result = unit_status(unit, count, spec["run_dir"], deadline) if unit else process_status(spec, count)
+    result.update(model_dir_facts(spec["model_dir"]))
+    result.update(name=spec["name"], model_dir=spec["model_dir"], max_duration=spec.get("max_duration") or 0,
+                  now=time.time())
+    return result
+
+
+def _follow_file(path: str, running: Any, out: Any, poll: float = 0.5) -> None:
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        while True:
+            chunk = handle.read()
+            if chunk:
+                out.write(chunk.decode("utf-8", "replace"))
+                out.flush()
+            elif not running():
+                return
+            else:
+                time.sleep(poll)
+
+
+def logs(spec_file: str, unit: str | None = None, lines: int = 100, follow: bool = False, out: Any = None) -> int:
+    """Print the task's last ``lines`` log lines; with ``follow``, go on until the task no longer runs."""
+    out = out or sys.stdout
+    spec = load_spec(spec_file)
+    unit = unit or spec.get("unit")
+
+    def running() -> bool:
+        now = systemd_state(unit_props(unit)) if unit else process_status(spec, 0)["state"]
+        return now in ACTIVE_STATES
+
+    if unit:
+        if not follow:
+            out.write(_run(["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "cat"]))
+            return 0
+        out.flush()
+        proc = subprocess.Popen(["journalctl", "-u", unit, "-n", str(lines), "-f", "--no-pager", "-o", "cat"])
+        try:
+            while proc.poll() is None and running():
+                time.sleep(1.0)
+            time.sleep(1.0)  # the last lines of a task that just ended
+        finally:
+            proc.terminate()
+            proc.wait()
+        return 0
+    out.write("".join(line + "\n" for line in tail(spec["log"], lines)))
+    out.flush()
+    if follow and os.path.exists(spec["log"]):
+        _follow_file(spec["log"], running, out)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m tfcluster.host.jobstatus", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("status", "logs"):
+        command = sub.add_parser(name)
+        command.add_argument("spec", help="the job spec (<env dir>/<job>.json)")
+        command.add_argument("--unit", default=None, help="read this systemd unit (default: the spec's)")
+        command.add_argument("--lines", type=int, default=None, help="log lines (default: the spec's; logs: 100)")
+    sub.choices["logs"].add_argument("--follow", action="store_true", help="follow until the task no longer runs")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "status":
+            sys.stdout.write(dumps(status(args.spec, args.unit, args.lines)) + "\n")
+            return 0
+        return logs(args.spec, args.unit, 100 if args.lines is None else args.lines, args.follow)
+    except JobError as error:
+        sys.stdout.write(dumps({"error": str(error)}) + "\n")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

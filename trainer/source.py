@@ -1,0 +1,96 @@
+"""Training data as arrays or file lists: read and verified without TensorFlow, so the trainer loads it in a thread
+while TensorFlow is being imported (trainer/cli.py). Pipelines are trainer/data.py's."""
+
+from __future__ import annotations
+
+import glob
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tfcluster import files
+from trainer import datasets, s3
+from trainer.config import TrainConfig
+
+LOG = logging.getLogger("trainer.data")
+IMAGE_SHAPE = (28, 28, 1)
+NUM_CLASSES = 10
+
+
+@dataclass(frozen=True)
+class Source:
+    """Training data: in-memory arrays or TFRecord files, plus an optional test split for the final evaluation."""
+
+    name: str
+    x_train: np.ndarray | None = None
+    y_train: np.ndarray | None = None
+    files: tuple[str, ...] = ()
+    x_test: np.ndarray | None = None
+    y_test: np.ndarray | None = None
+    num_train: int | None = None
+
+    @property
+    def has_test(self) -> bool:
+        return self.x_test is not None and self.y_test is not None
+
+
+def synthetic_arrays(n_train: int, n_test: int, seed: int) -> dict[str, np.ndarray]:
+    """Learnable fake digits: one random template per class plus noise (uint8, MNIST layout)."""
+    rng = np.random.default_rng(seed)
+    templates = rng.integers(0, 256, size=(NUM_CLASSES, 28, 28)).astype(np.float32)
+    out: dict[str, np.ndarray] = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        y = rng.integers(0, NUM_CLASSES, size=n).astype(np.uint8)
+        noise = rng.normal(0, 60, size=(n, 28, 28)).astype(np.float32)
+        out[f"x_{split}"] = np.clip(templates[y] * 0.6 + noise + 40, 0, 255).astype(np.uint8)
+        out[f"y_{split}"] = y
+    return out
+
+
+def resolve_data_path(cfg: TrainConfig) -> Path:
+    """The local npz for ``--dataset mnist`` (downloading an ``s3://`` object into the cache first)."""
+    cache = Path(cfg.cache_dir) if cfg.cache_dir else datasets.default_cache_dir()
+    if not cfg.data:
+        path = cache / datasets.MNIST_FILE
+        if not path.is_file():
+            raise datasets.DatasetError(f"{path} does not exist. Fix: run `python -m trainer.datasets fetch` "
+                                        "or pass --data")
+        return path
+    if cfg.data.startswith("s3://"):
+        try:
+            return s3.fetch_object(cfg.data, cache, cfg.data_sha256, cfg.s3_endpoint_url)
+        except ValueError as exc:
+            raise datasets.DatasetError(str(exc)) from exc
+    path = Path(cfg.data)
+    if cfg.data_sha256 and files.sha256_file(path) != cfg.data_sha256:
+        raise datasets.DatasetError(f"{path}: sha256 differs from --data-sha256. Fix: give the right file or digest")
+    return path
+
+
+def load_source(cfg: TrainConfig) -> Source:
+    """Read (and verify) the training data named by the config. Raises DatasetError."""
+    if cfg.dataset == "synthetic":
+        arrays = synthetic_arrays(cfg.synthetic_examples, max(256, cfg.synthetic_examples // 8), cfg.seed)
+    elif cfg.dataset == "mnist":
+        path = resolve_data_path(cfg)
+        arrays = datasets.load_npz(path)
+        if datasets.is_full_mnist(arrays):
+            bad = [k for k in datasets.ARRAY_KEYS
+                   if datasets.array_sha256(arrays[k]) != datasets.MNIST_ARRAY_SHA256[k]]
+            if bad:
+                raise datasets.DatasetError(f"{path}: {', '.join(bad)} differ from canonical MNIST. Fix: re-run "
+                                            "`python -m trainer.datasets fetch`")
+        LOG.info("loaded %s: %d train / %d test examples", path, len(arrays["y_train"]), len(arrays["y_test"]))
+    else:
+        files = tuple(sorted(glob.glob(cfg.data or "")))
+        if not files:
+            raise datasets.DatasetError(f"no TFRecord file matches {cfg.data!r}")
+        return Source("tfrecord", files=files)  # counted by trainer.data.with_count when needed
+    x, y = arrays["x_train"], arrays["y_train"]
+    if cfg.max_examples:
+        x, y = x[: cfg.max_examples], y[: cfg.max_examples]
+    return Source(cfg.dataset, x_train=x, y_train=y, x_test=arrays["x_test"], y_test=arrays["y_test"],
+                  num_train=len(y))
+
