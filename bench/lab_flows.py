@@ -3,15 +3,17 @@
     .venv/bin/python bench/lab_flows.py            # boots + prepares its own lab (site.yml with the wheelhouse)
     TFCLUSTER_FLOW_REUSE=1 .venv/bin/python bench/lab_flows.py   # reuse a prepared `flow` lab (development)
 
-Prints, each with its goal:
+Prints the four figures of issue 13, each with its goal, side by side from one run (plus the fail-fast time):
 1. time to the first training step on an already-prepared cluster (train.yml started -> chief's status.json shows a
-   step), split into the playbook's part (until the units start) and TensorFlow's (unit start -> first step);
-2. a no-op site.yml re-run on 4 hosts vs 1 host (goal <= 1.3x: configuration cost must not grow with hosts);
+   step; goal <= 15 s), split into the playbook's part (until the units start) and TensorFlow's (unit start -> first
+   step);
+2. a no-op site.yml re-run on 4 hosts vs 1 host (goal <= 1.2x: configuration cost must not grow with hosts);
 3. a worker's death (trainer SIGKILLed, no restarts left) -> every unit stopped and train.yml failed naming it
    (goal <= 10 s + the progress timeout);
 4. the collector's throughput (collect.yml's transfer task: one tar stream over SSH, every sha256 checked while it
    is written) vs plain `scp -r` of the same files (goal >= 0.9), on a finished job with a 1 GB export so bytes,
-   not per-task overhead, are what is measured; the whole collect.yml run is printed too.
+   not per-task overhead, are what is measured; the whole collect.yml run is printed too;
+5. `inventory --list` at 10,000 hosts: seconds and MB (goal < 1 s, < 10 MB, bytes per host constant: linear).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.inventory_build import script
 from lab import Lab, LabError
 from lab.flows import (
     FLOW_LAB,
@@ -47,6 +50,10 @@ REPO = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bench.lab_flows")
 STALL_TIMEOUT = 30
 COLLECT_MB = 1024
+GOAL_FIRST_STEP_S = 15.0
+GOAL_RERUN_RATIO = 1.2
+GOAL_COLLECTOR_RATIO = 0.9
+LIST_HOSTS = (1_000, 10_000)
 
 
 @contextmanager
@@ -158,10 +165,27 @@ def collector_vs_scp(flows: Flows, workdir: Path,
         scp = time.monotonic() - t0
         shutil.rmtree(dest)
         fetch = sum(float(line.split()[1]) for line in run.output.splitlines() if line.startswith("TIMING")
-                    and ("Fetch the checkpoint" in line or "Stream the checkpoint" in line))
+                    and "Collect the model dir into" in line)
         return run.seconds, fetch, scp, nbytes
     finally:
         flows.lab.ssh(chief, f"rm -rf {model_dir}", check=False)
+
+
+def inventory_list() -> dict[int, tuple[float, int]]:
+    """{hosts: (seconds, bytes)} of `inventory/tfcluster.py --list` (local source, a PS cluster) at each size."""
+    out = {}
+    for hosts in LIST_HOSTS:
+        run = script({"TFCLUSTER_SOURCE": "local", "TFCLUSTER_WORKERS": str(hosts - 2),
+                      "TFCLUSTER_STRATEGY": "parameter_server", "TFCLUSTER_BASE_PORT": "20000"})
+        run()  # warm the file cache
+        t0 = time.monotonic()
+        size = len(run())
+        out[hosts] = (time.monotonic() - t0, size)
+    return out
+
+
+def _ok(ok: bool) -> str:
+    return "met" if ok else "NOT MET"
 
 
 def main() -> int:
@@ -169,10 +193,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="lab-flows-bench-") as tmp, prepared_lab(Path(tmp)) as flows:
         first, unit_age = time_to_first_step(flows)
         print(f"1. time to first training step (prepared cluster, chief + 2 workers): {first:.1f} s "
-              f"(playbook until the units start {first - unit_age:.1f} s + unit start -> first step {unit_age:.1f} s)")
+              f"(playbook until the units start {first - unit_age:.1f} s + unit start -> first step {unit_age:.1f} s)"
+              f"; goal <= {GOAL_FIRST_STEP_S:.0f} s: {_ok(first <= GOAL_FIRST_STEP_S)}")
         one, four = site_rerun(flows)
         print(f"2. no-op site.yml re-run: 1 host {one:.1f} s, 4 hosts {four:.1f} s -> ratio {four / one:.2f}x "
-              "(goal <= 1.3x)")
+              f"(goal <= {GOAL_RERUN_RATIO}x: {_ok(four / one <= GOAL_RERUN_RATIO)})")
         death = worker_death(flows)
         print(f"3. worker death -> job stopped and reported: {death:.1f} s (goal <= 10 s + progress timeout "
               f"{STALL_TIMEOUT} s = {10 + STALL_TIMEOUT} s; restarts disabled for this run)")
@@ -180,13 +205,22 @@ def main() -> int:
         mb = nbytes / 1e6
         print(f"4. collector throughput: {mb:.0f} MB, its transfer task {fetch:.1f} s ({mb / fetch:.0f} MB/s, sha256 "
               f"checked on the fly) vs scp -r {scp:.1f} s ({mb / scp:.0f} MB/s) -> ratio {scp / fetch:.2f} "
-              f"(goal >= 0.9); the whole collect.yml run {collect:.1f} s ({mb / collect:.0f} MB/s, with "
+              f"(goal >= {GOAL_COLLECTOR_RATIO}: {_ok(scp / fetch >= GOAL_COLLECTOR_RATIO)});"
+              f" the whole collect.yml run {collect:.1f} s ({mb / collect:.0f} MB/s, with "
               f"ansible-playbook's start and the DONE/manifest checks) -> {scp / collect:.2f}")
+    listed = inventory_list()
+    (small, (_, small_bytes)), (big, (big_s, big_bytes)) = sorted(listed.items())
+    linear = (big_bytes / big) / (small_bytes / small)
+    print(f"5. inventory --list: {big} hosts {big_s:.2f} s, {big_bytes / 1e6:.1f} MB; bytes per host at {big} vs "
+          f"{small} hosts {linear:.2f} (1.00 = linear) (goal < 1 s, < 10 MB, linear: "
+          f"{_ok(big_s < 1 and big_bytes < 10e6 and linear < 1.1)})")
     print(json.dumps({"first_step_s": round(first, 1), "site_rerun_1_s": round(one, 1),
                       "site_rerun_4_s": round(four, 1), "site_rerun_ratio": round(four / one, 2),
                       "worker_death_s": round(death, 1), "collect_mb": round(mb), "transfer_s": round(fetch, 2),
                       "scp_s": round(scp, 2), "collector_ratio": round(scp / fetch, 2),
-                      "collect_playbook_s": round(collect, 1), "collect_playbook_ratio": round(scp / collect, 2)}))
+                      "collect_playbook_s": round(collect, 1), "collect_playbook_ratio": round(scp / collect, 2),
+                      "list_hosts": big, "list_s": round(big_s, 2), "list_mb": round(big_bytes / 1e6, 1),
+                      "list_bytes_per_host_growth": round(linear, 2)}))
     return 0
 
 

@@ -177,7 +177,7 @@ def group_vars(cluster: Cluster) -> dict[str, Any]:
     if args:
         out["ansible_ssh_common_args"] = shlex.join(args)
     if cluster.trust.checking is not None and args:
-        out["ansible_host_key_checking"] = True  # outranks ansible.cfg's host_key_checking = False
+        out["ansible_host_key_checking"] = True  # also when ansible.cfg or the environment turned checking off
     return out
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import json
 import os
 import sys
 import time
@@ -22,13 +21,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tfcluster import contract, paths
+from tfcluster import contract, follow, paths
 from tfcluster import run as runner
+from tfcluster.inventory_env import inventory_env, tf_dir_of
+from tfcluster.ledger import collected_dir, dir_size, old_copies, uncollected_jobs, write_ledger
 from tfcluster.settings import Settings, SettingsError, load
 from tfcluster.view import View, duration, failure_lines
 
 EXIT_OK, EXIT_FAILED, EXIT_SETTINGS = 0, 1, 2
-LEDGER = "job.json"  # artifacts/<cluster>/<job>/job.json: did the job finish, was it collected
 
 
 class CommandError(RuntimeError):
@@ -53,61 +53,6 @@ def job_lock(settings: Settings) -> Iterator[None]:
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         yield
-
-
-def inventory_env(settings: Settings) -> dict[str, str]:
-    """What the inventory script reads (inventory/tfcluster.py documents each variable)."""
-    from tfcluster import terraform as toolchain
-
-    env = {"TFCLUSTER_CLUSTER": settings.cluster_name, "TFCLUSTER_STRATEGY": settings.strategy,
-           "TFCLUSTER_WORKERS": str(settings.workers)}
-    if settings.cluster == "onprem":
-        env |= {"TFCLUSTER_SOURCE": "static", "TFCLUSTER_HOSTS_FILE": str(settings.hosts_file)}
-    else:
-        env |= {"TFCLUSTER_SOURCE": "terraform", "TFCLUSTER_TF_DIR": str(tf_dir_of(settings))}
-    # The same CLI config `python -m tfcluster.provision` uses (it reads TFCLUSTER_TF_MIRROR from the environment).
-    env["TF_CLI_CONFIG_FILE"] = toolchain.terraform_env(cluster=settings.cluster)["TF_CLI_CONFIG_FILE"]
-    known = known_hosts_file(settings, {**os.environ, **env})
-    if known is not None:
-        env["TFCLUSTER_KNOWN_HOSTS"] = str(known)
-    return env
-
-
-def tf_dir_of(settings: Settings) -> Path:
-    return settings.tf_dir or paths.REPO_ROOT / "infra" / settings.cluster
-
-
-def known_hosts_file(settings: Settings, env: Mapping[str, str]) -> Path | None:
-    """The cluster's own known_hosts (issue 14): on AWS the file `make provision` filled from the console output; on
-    premises the host file's `host_keys`, written now (none given: the user's own known_hosts, via Ansible)."""
-    from tfcluster import known_hosts
-
-    if settings.cluster == "aws":
-        from tfcluster import provision, terraform
-
-        name = provision.state_cluster_name(tf_dir_of(settings), terraform.terraform_env(dict(env), cluster="aws"))
-        path = known_hosts.path_for(name or settings.cluster_name)
-        return path if path.is_file() else None
-    if settings.cluster != "onprem":
-        return None
-    from inventory import cli as inventory_cli
-    from inventory import config as inventory_config
-    from inventory import known_hosts as inventory_keys
-    from inventory.model import InventoryError
-
-    try:
-        cluster = inventory_cli.load_cluster(inventory_config.load_settings(env))
-    except InventoryError:
-        return None  # the inventory itself reports every problem when Ansible runs it
-    text = inventory_keys.render(cluster)
-    if not text:
-        return None
-    path = known_hosts.path_for(cluster.name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    from tfcluster.files import atomic_write_text
-
-    atomic_write_text(path, text, mode=0o600)
-    return path
 
 
 def playbook_vars(settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -145,41 +90,6 @@ def cluster_vars(settings: Settings) -> dict[str, Any]:
 
     outputs = provision_aws.outputs(tf_dir_of(settings), terraform.terraform_env(cluster="aws"))
     return {"tfcluster_checkpoint_s3": outputs["checkpoint_s3"]} if outputs.get("checkpoint_s3") else {}
-
-
-def read_ledger(directory: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((directory / LEDGER).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def collected_dir(directory: Path) -> Path | None:
-    """The verified copy of a job on this machine (``current``, or the job dir itself for older copies)."""
-    for candidate in (directory / "current", directory):
-        if (candidate / contract.DONE).is_file():
-            return candidate
-    return None
-
-
-def write_ledger(directory: Path, settings: Settings, view: View) -> None:
-    from tfcluster.files import atomic_write_json
-
-    record = read_ledger(directory)
-    decision = (view.decision or {}).get("decision")
-    if decision == "done":
-        record["finished"] = True
-    record.update(cluster_name=settings.cluster_name, collected=collected_dir(directory) is not None)
-    atomic_write_json(directory / LEDGER, record)
-
-
-def uncollected_jobs(cluster: str, cluster_name: str) -> list[str]:
-    """Jobs of this cluster that finished but whose artifacts never came home."""
-    root = paths.ARTIFACTS / cluster
-    jobs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-    return [p.name for p in jobs if (record := read_ledger(p)).get("finished") and not record.get("collected")
-            and record.get("cluster_name", cluster_name) == cluster_name]
 
 
 class Command:
@@ -253,7 +163,7 @@ def _tail(path: Path, lines: int) -> list[str]:
 def cmd_train(cmd: Command) -> int:
     with job_lock(cmd.s):
         code = cmd.playbook("train.yml", "train")
-        write_ledger(cmd.job_dir, cmd.s, cmd.view)
+        write_ledger(cmd.job_dir, cmd.s.cluster_name, (cmd.view.decision or {}).get("decision"))
     if code != 0:
         return EXIT_FAILED
     for text in [*job_summary(cmd.job_dir), *still_running(cmd.s)]:
@@ -264,7 +174,7 @@ def cmd_train(cmd: Command) -> int:
 def cmd_collect(cmd: Command) -> int:
     with job_lock(cmd.s):
         code = cmd.playbook("collect.yml", "collect")
-        write_ledger(cmd.job_dir, cmd.s, cmd.view)
+        write_ledger(cmd.job_dir, cmd.s.cluster_name, (cmd.view.decision or {}).get("decision"))
     return EXIT_OK if code == 0 else EXIT_FAILED
 
 
@@ -273,7 +183,24 @@ def cmd_stop(cmd: Command) -> int:
 
 
 def cmd_status(cmd: Command) -> int:
-    return EXIT_OK if cmd.playbook("status.yml", "status") == 0 else EXIT_FAILED
+    cmd.view.show_progress = False
+    code = cmd.playbook("status.yml", "status")
+    if cmd.view.tasks:
+        for text in follow.status_table(cmd.view.tasks):
+            cmd.say(f"  {text}")
+    return EXIT_OK if code == 0 else EXIT_FAILED
+
+
+def cmd_logs(cmd: Command) -> int:
+    targets_file = paths.log_file(cmd.job_dir, "targets").with_suffix(".json")
+    if cmd.playbook("logs.yml", "logs", more_vars={"tfcluster_targets_file": str(targets_file)}) != 0:
+        return EXIT_FAILED
+    try:
+        name, target = follow.pick(*follow.read_targets(targets_file), cmd.s.host)
+        cmd.say(f"following {name} ({target.get('slot', '?')}): ends when the task ends, or Ctrl-C")
+        return EXIT_OK if follow.follow(name, target, cmd.out) == 0 else EXIT_FAILED
+    except follow.FollowError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def ec2_for(settings: Settings) -> Any:
@@ -384,17 +311,6 @@ def job_summary(job_dir: Path) -> list[str]:
         return [f"artifacts: {_rel(directory)} (sha256-verified; the job wrote no {contract.METRICS})"]
 
 
-def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
-
-
-def old_copies(job_dir: Path) -> list[Path]:
-    """Verified copies of a job other than the one ``current`` points at (the collector keeps them)."""
-    current = (job_dir / "current").resolve() if (job_dir / "current").is_symlink() else None
-    return sorted(p for p in job_dir.iterdir() if p.is_dir() and not p.is_symlink() and p.resolve() != current
-                  and (p / contract.MANIFEST).is_file()) if job_dir.is_dir() else []
-
-
 def cmd_prune(cmd: Command) -> int:
     """Remove the older verified copies of JOB; ``current`` stays."""
     import shutil
@@ -402,7 +318,7 @@ def cmd_prune(cmd: Command) -> int:
     with job_lock(cmd.s):
         old = old_copies(cmd.job_dir)
         for path in old:
-            size = _size(path)
+            size = dir_size(path)
             shutil.rmtree(path)
             cmd.say(f"removed {_rel(path)} ({size / 1e6:.1f} MB)")
     if not old:
@@ -418,7 +334,7 @@ def cmd_clean_artifacts(cmd: Command) -> int:
     if not root.is_dir():
         cmd.say("no artifacts/ to remove")
         return EXIT_OK
-    question = f"Delete {_rel(root)} ({_size(root) / 1e6:.1f} MB: every collected checkpoint and log)? [y/N] "
+    question = f"Delete {_rel(root)} ({dir_size(root) / 1e6:.1f} MB: every collected checkpoint and log)? [y/N] "
     if os.environ.get("YES") != "1":
         if not sys.stdin.isatty():
             raise CommandError(f"{_rel(root)} holds collected checkpoints; refusing to delete them without asking. "
@@ -441,7 +357,8 @@ COMMANDS: dict[str, tuple[Callable[[Command], int], str]] = {
     "train": (cmd_train, "prepare the hosts, gang-start the job, wait (fail fast), collect"),
     "collect": (cmd_collect, "bring the chief's checkpoint home and verify it"),
     "stop": (cmd_stop, "stop every task of the job"),
-    "status": (cmd_status, "each task's state and progress"),
+    "status": (cmd_status, "a table of each task's state and progress"),
+    "logs": (cmd_logs, "follow the chief's job log (HOST=name: that host's) until the task ends"),
     "provision": (cmd_provision, "create the machines (Terraform)"),
     "plan": (cmd_plan, "the Terraform plan and every planned host's TF_CONFIG"),
     "destroy": (cmd_destroy, "tear the machines down"),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcluster import contract
+from tfcluster.ledger import collected_dir
 
 LOG = logging.getLogger("tfcluster.summary")
 PLOT_NAME = "training.png"
@@ -92,11 +93,13 @@ def run(artifacts: Path, plot: bool = True) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     parser = argparse.ArgumentParser(prog="python -m tfcluster.summary", description=__doc__.split("\n")[0])
-    parser.add_argument("--artifacts", type=Path, required=True, help="artifacts/<cluster>/<job>")
+    parser.add_argument("--artifacts", type=Path, required=True,
+                        help="artifacts/<cluster>/<job> (its current copy) or a copy's directory")
     parser.add_argument("--no-plot", action="store_true", help="print the summary only")
     args = parser.parse_args(argv)
     try:
-        lines = run(args.artifacts.resolve(), plot=not args.no_plot)
+        artifacts = args.artifacts.absolute()
+        lines = run(collected_dir(artifacts) or artifacts, plot=not args.no_plot)  # a job dir: its current copy
     except DemoError as exc:
         LOG.error("%s", exc)
         return 1

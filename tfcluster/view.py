@@ -70,6 +70,8 @@ class View:
     failures: list[dict[str, Any]] = field(default_factory=list)
     decision: dict[str, Any] | None = None
     stages: list[dict[str, Any]] = field(default_factory=list)
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # the last progress event's tasks
+    show_progress: bool = True  # make status prints its table at the end instead
 
     def line(self, text: str = "") -> None:
         self._drawn = 0
@@ -85,7 +87,9 @@ class View:
         elif kind == "task_failed":
             self.failures.append(dict(event))
         elif kind == "progress":
-            self.progress(event.get("tasks") or [], event.get("elapsed"))
+            self.tasks = [dict(task) for task in event.get("tasks") or []]
+            if self.show_progress:
+                self.progress(self.tasks, event.get("elapsed"))
         elif kind == "decision":
             self.decision = dict(event)
         elif kind == "collected":

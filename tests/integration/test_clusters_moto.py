@@ -5,6 +5,7 @@ instances remain."""
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,6 +29,10 @@ def ec2() -> Iterator[Any]:
     port = free_port()
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    # moto keeps one account state per process, shared by every server in it (the inventory tests' too): start
+    # from an empty account.
+    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST"),
+                           timeout=30).close()
     try:
         yield boto3.client("ec2", region_name=REGION, endpoint_url=f"http://127.0.0.1:{port}",
                            aws_access_key_id="testing", aws_secret_access_key="testing")

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.ports import free_port_block
-from tfcluster.cli import collected_dir
 from tfcluster.files import verify_dir
+from tfcluster.ledger import collected_dir
 
 # What `make demo` may print after setup (issue 13: it printed ~1,400 lines of Terraform and Ansible machinery).
 LINE_BUDGET = 100
@@ -62,6 +62,20 @@ def test_make_demo_trains_collects_verifies_and_destroys(repo: Path, demo_env: t
     assert metrics["replicas"] == 2
     assert metrics["accuracy"] > 0.8, metrics  # real MNIST, well above chance (0.1)
     assert "accuracy:" in demo.stdout and str(artifacts) in demo.stdout
+
+    # make status: a table of the finished job; make logs: the chief's log, ending because its task ended.
+    status = subprocess.run(["make", "status", *make_vars], cwd=repo, env=env, capture_output=True, text=True,
+                            timeout=300, check=False)
+    assert status.returncode == 0, status.stdout[-3000:] + status.stderr[-3000:]
+    header = r"^\s+HOST\s+SLOT\s+STATE\s+EPOCH\s+STEP\s+EX/S\s+LAST UPDATE$"
+    assert re.search(header, status.stdout, re.M), status.stdout
+    for index in (0, 1):
+        assert re.search(rf"^\s+worker-{index}\s+worker:{index}\s+succeeded\b", status.stdout, re.M), status.stdout
+    logs = subprocess.run(["make", "logs", *make_vars], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert logs.returncode == 0, logs.stdout[-3000:] + logs.stderr[-3000:]
+    assert "following worker-0 (worker:0)" in logs.stdout, logs.stdout
+    assert re.search(r"epoch|accuracy", logs.stdout.split("following worker-0", 1)[1]), logs.stdout
 
     destroy = subprocess.run(["make", "destroy", "CLUSTER=local", *make_vars], cwd=repo, env=env,
                              capture_output=True, text=True, timeout=600, check=False)

@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 try:
-    from tfcluster.contract import EXIT_PREEMPTED, JOB_STATES
+    from tfcluster.contract import EXIT_BAD_INPUT, EXIT_PREEMPTED, JOB_STATES
     from tfcluster.files import read_json
 except ImportError:  # inside an Ansible module: module_utils of the tfcluster.cluster collection
     from ansible_collections.tfcluster.cluster.plugins.module_utils.contract import (  # type: ignore
+        EXIT_BAD_INPUT,
         EXIT_PREEMPTED,
         JOB_STATES,
     )
@@ -44,7 +45,8 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "stop_timeout": 30.0,
     "max_duration": 0,  # seconds; 0 = no deadline
     "success_exit_status": [0, EXIT_PREEMPTED],
-    "restart_prevent_exit_status": [EXIT_PREEMPTED],
+    # Bad input (nothing started) fails the same way every time: never restarted either.
+    "restart_prevent_exit_status": [EXIT_PREEMPTED, EXIT_BAD_INPUT],
     "cpu_affinity": [],
     "log_tail_lines": 20,
     "base_env": {},

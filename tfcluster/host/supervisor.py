@@ -194,7 +194,7 @@ class Supervisor:
         if outcome != FAILURE:
             write_state(self.spec, state=outcome, exit_code=code, signal=signum)
             return False
-        if self.restarts >= int(self.spec["max_restarts"]):
+        if self.restarts >= int(self.spec["max_restarts"]) or code in self.spec["restart_prevent_exit_status"]:
             write_state(self.spec, state=FAILED, exit_code=code, signal=signum)
             return False
         self.restarts += 1

@@ -182,7 +182,7 @@ def test_plan_prints_hosts_and_tf_config_and_leaves_nothing_running(repo: Path, 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert re.search(r"Plan: \d+ to add, 0 to change, 0 to destroy", result.stdout)  # terraform's own plan
     lines = result.stdout.splitlines()
-    assert "chief-0        chief:0        127.0.0.1:23100          local       1" in lines
+    assert "chief-0        chief:0        127.0.0.1:23100          local       0" in lines  # local: no GPUs
     tf_config = next(line for line in lines if line.startswith("  worker-1: "))
     assert json.loads(tf_config.split(": ", 1)[1]) == {
         "cluster": {"chief": ["127.0.0.1:23100"], "ps": ["127.0.0.1:23101"],

@@ -185,5 +185,7 @@ def test_terraform_outputs(tmp_path: Path, marker: tuple[Path, str]) -> None:
         f"hosts[2] (worker-2).private_ip: private_ip {q} is not an IP address or DNS name. Fix: connect=bastion "
         "reaches hosts by their private IP: give every host one, or choose connect=public",
         f"hosts[3] (worker-3).ssh_user: {q} is not a valid user name. Fix: {USER}",
+        f"hosts[3] (worker-3).instance_type: {q} is not an EC2 instance type. Fix: give a type like g5.xlarge, or "
+        "leave it out",
     ]), result.stderr
     assert not path.exists()

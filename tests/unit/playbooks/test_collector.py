@@ -128,6 +128,12 @@ def test_a_symlink_below_the_model_dir_is_a_problem(tmp_path: Path, link: str) -
     assert any("symlink" in p and p.startswith("export/") for p in problems)
 
 
+def test_a_missing_model_dir_is_a_job_not_finished_there(tmp_path: Path) -> None:
+    """A job that never ran on the host (or a dry run): not done, so the collector refuses with its own message."""
+    found = modeldir.describe(str(tmp_path / "never-ran"))
+    assert found["done"] is False and found["files"] == [] and found["problems"] == []
+
+
 def test_a_linked_model_dir_is_refused(tmp_path: Path) -> None:
     src = model_dir(tmp_path / "m", FILES)
     (tmp_path / "link").symlink_to(src)

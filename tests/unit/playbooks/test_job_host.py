@@ -132,6 +132,16 @@ def test_exit_3_is_preemption_not_restarted(tmp_path: Path) -> None:
     assert status["restarts"] == 0 and status["exit_code"] == contract.EXIT_PREEMPTED
 
 
+def test_bad_input_fails_at_once_without_restarts(tmp_path: Path) -> None:
+    """Exit 2 (bad input, nothing started) would fail the same way again: failed, no restart (as the unit's
+    RestartPreventExitStatus)."""
+    spec = write_spec(tmp_path, ["/bin/sh", "-c", f"echo run; exit {contract.EXIT_BAD_INPUT}"], max_restarts=5)
+    supervisor.start(str(spec))
+    status = wait_state(spec, (jobspec.FAILED,))
+    assert status["restarts"] == 0 and status["exit_code"] == contract.EXIT_BAD_INPUT
+    assert (tmp_path / "log/t.log").read_text().count("run") == 1
+
+
 def test_the_deadline_sends_sigterm_and_ends_as_timeout(tmp_path: Path) -> None:
     """max_duration: SIGTERM at the deadline; a program that saves a backup and exits 3 is not restarted."""
     script = (f"trap 'echo saving a backup; exit {contract.EXIT_PREEMPTED}' TERM; echo run; "

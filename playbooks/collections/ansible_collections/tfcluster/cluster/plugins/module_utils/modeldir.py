@@ -91,16 +91,20 @@ def describe(model_dir: str, optional: Iterable[str] = ()) -> dict[str, Any]:
     """What the collector needs of a model dir: DONE, the manifest, every listed file's size (regular files only).
 
     Returns ``{done, manifest, manifest_sha256, files: [{path, sha256, size}], optional: [{path, size}],
-    problems: [str], total_bytes}``; ``done`` False (and nothing else read) when DONE is missing."""
+    problems: [str], total_bytes}``; ``done`` False (and nothing else read) when DONE or the dir itself is missing
+    (a job that never ran there, or a dry run)."""
+    not_done: dict[str, Any] = {"done": False, "manifest": "", "manifest_sha256": "", "files": [], "optional": [],
+                                "problems": [], "total_bytes": 0}
     try:
         root_fd = os.open(model_dir, _DIR_FLAGS)
+    except FileNotFoundError:
+        return not_done
     except OSError as error:
         raise ModelDirError(f"{model_dir} cannot be opened as a directory without following a link: "
                             f"{error.strerror}") from None
     try:
         if regular_size(root_fd, DONE) is None:
-            return {"done": False, "manifest": "", "manifest_sha256": "", "files": [], "optional": [],
-                    "problems": [], "total_bytes": 0}
+            return not_done
         text = read_manifest(root_fd, model_dir)
         files: list[dict[str, Any]] = []
         problems: list[str] = []
