@@ -165,11 +165,14 @@ class Twin:
 
     # ---- the real commands ---------------------------------------------------------------------------------------
 
-    def make_async(self, target: str, **variables: str) -> tuple[subprocess.Popen[str], Path, float, str]:
+    def make_async(self, target: str, env: Mapping[str, str] | None = None,
+                   **variables: str) -> tuple[subprocess.Popen[str], Path, float, str]:
+        """``env``: added to :meth:`env` (e.g. a fresh ANSIBLE_SSH_CONTROL_PATH_DIR: no reused SSH connection)."""
         log = self.workdir / f"make-{target}-{int(time.time() * 1000)}.log"
         argv = ["make", "-C", str(REPO), target, "CLUSTER=aws", *(f"{k}={v}" for k, v in variables.items())]
         with open(log, "w") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=self.env(),
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                    env={**self.env(), **(env or {})},
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         return proc, log, time.monotonic(), target
 
@@ -182,8 +185,9 @@ class Twin:
             proc.wait(timeout=60)
         return MakeRun(target, proc.returncode, log.read_text(errors="replace"), time.monotonic() - t0)
 
-    def make(self, target: str, timeout: float = 900, **variables: str) -> MakeRun:
-        return self.wait(self.make_async(target, **variables), timeout)
+    def make(self, target: str, timeout: float = 900, env: Mapping[str, str] | None = None,
+             **variables: str) -> MakeRun:
+        return self.wait(self.make_async(target, env, **variables), timeout)
 
     # ---- instances are lab hosts -----------------------------------------------------------------------------
 

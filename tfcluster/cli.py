@@ -184,9 +184,10 @@ def cmd_stop(cmd: Command) -> int:
 
 def cmd_status(cmd: Command) -> int:
     cmd.view.show_progress = False
-    code = cmd.playbook("status.yml", "status")
+    autostop_file = paths.log_file(cmd.job_dir, "autostop").with_suffix(".json")
+    code = cmd.playbook("status.yml", "status", more_vars={"tfcluster_autostop_file": str(autostop_file)})
     if cmd.view.tasks:
-        for text in follow.status_table(cmd.view.tasks):
+        for text in follow.status_table(cmd.view.tasks, autostop=follow.read_autostop(autostop_file)):
             cmd.say(f"  {text}")
     return EXIT_OK if code == 0 else EXIT_FAILED
 

@@ -21,7 +21,7 @@ from tfcluster.reach import Reach, ReachError
 from tfcluster.view import duration, rate
 
 LOG_LINES = 100  # lines shown before following
-TABLE_COLUMNS = ("HOST", "SLOT", "STATE", "EPOCH", "STEP", "EX/S", "LAST UPDATE")
+TABLE_COLUMNS = ("HOST", "SLOT", "STATE", "EPOCH", "STEP", "EX/S", "LAST UPDATE", "AUTOSTOP")
 
 
 class FollowError(RuntimeError):
@@ -79,8 +79,32 @@ def _cell(task: Mapping[str, Any], key: str, total: str) -> str:
     return "-" if value is None else f"{value}/{task.get(total) if task.get(total) is not None else '?'}"
 
 
-def table_row(task: Mapping[str, Any], now: float) -> list[str]:
-    """HOST, SLOT, STATE, EPOCH, STEP, EX/S, LAST UPDATE (wall clock and age) of one task."""
+def read_autostop(path: Path) -> dict[str, str]:
+    """{host: the autostop status JSON line (or '': not installed there)} that status.yml wrote; {} when absent."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(host): str(line) for host, line in data.items()} if isinstance(data, dict) else {}
+
+
+def autostop_cell(line: str | None) -> str:
+    """``off``, ``30 min (idle 4m05s)``, or ``-`` where autostop is not installed (local slots, never prepared)."""
+    try:
+        status = json.loads(line or "")
+    except ValueError:
+        return "-"
+    if not isinstance(status, dict) or not status.get("installed", True):
+        return "-"
+    if not status.get("enabled"):
+        return "off"
+    idle = status.get("idle_seconds")
+    mode = "" if status.get("mode") == "jobs" else f", {status.get('mode')}"
+    return f"{status.get('idle_minutes')} min{mode} (idle {duration(idle) if isinstance(idle, (int, float)) else '?'})"
+
+
+def table_row(task: Mapping[str, Any], now: float, autostop: Mapping[str, str] | None = None) -> list[str]:
+    """HOST, SLOT, STATE, EPOCH, STEP, EX/S, LAST UPDATE (wall clock and age), AUTOSTOP of one task."""
     age = task.get("age_seconds")
     if isinstance(age, (int, float)):
         updated = f"{time.strftime('%H:%M:%S', time.localtime(now - age))} ({duration(age)} ago)"
@@ -88,12 +112,14 @@ def table_row(task: Mapping[str, Any], now: float) -> list[str]:
         updated = "-"
     return [str(task.get("host", "?")), str(task.get("slot", "")), str(task.get("state", "?")),
             _cell(task, "epoch", "epochs"), _cell(task, "step", "steps_per_epoch"),
-            rate(task.get("examples_per_sec")).replace(" ex/s", "") or "-", updated]
+            rate(task.get("examples_per_sec")).replace(" ex/s", "") or "-", updated,
+            autostop_cell((autostop or {}).get(str(task.get("host"))))]
 
 
-def status_table(tasks: Sequence[Mapping[str, Any]], now: float | None = None) -> list[str]:
+def status_table(tasks: Sequence[Mapping[str, Any]], now: float | None = None,
+                 autostop: Mapping[str, str] | None = None) -> list[str]:
     """The `make status` table, columns aligned."""
     now = time.time() if now is None else now
-    rows = [list(TABLE_COLUMNS), *(table_row(task, now) for task in tasks)]
+    rows = [list(TABLE_COLUMNS), *(table_row(task, now, autostop) for task in tasks)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]

@@ -19,11 +19,13 @@ from pathlib import Path
 import pytest
 
 from tests.ports import free_port_block
+from tfcluster import contract
 from tfcluster.files import verify_dir
 from tfcluster.ledger import collected_dir
 
 # What `make demo` may print after setup (issue 13: it printed ~1,400 lines of Terraform and Ansible machinery).
 LINE_BUDGET = 100
+GUIDE = Path(__file__).resolve().parent / "playbooks" / "guide_job.py"
 PROGRESS = re.compile(r"^\s+worker-\d\s+worker:\d\s+\S+.*\bepoch \d+/\d+.*\bex/s\b", re.M)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -40,7 +42,8 @@ def demo_env(repo: Path, tmp_path: Path) -> Iterator[tuple[list[str], dict[str, 
     # Always tear down: destroy also stops the endpoint and checks that no instance of the cluster is left.
     subprocess.run(["make", "destroy", "CLUSTER=local", *make_vars], cwd=repo, env=env, capture_output=True,
                    text=True, timeout=600, check=False)
-    shutil.rmtree(repo / "artifacts" / "local" / name, ignore_errors=True)
+    for job_dir in (repo / "artifacts" / "local").glob(f"{name}*"):
+        shutil.rmtree(job_dir, ignore_errors=True)
     shutil.rmtree(repo / ".cache" / "local" / name, ignore_errors=True)
 
 
@@ -67,7 +70,7 @@ def test_make_demo_trains_collects_verifies_and_destroys(repo: Path, demo_env: t
     status = subprocess.run(["make", "status", *make_vars], cwd=repo, env=env, capture_output=True, text=True,
                             timeout=300, check=False)
     assert status.returncode == 0, status.stdout[-3000:] + status.stderr[-3000:]
-    header = r"^\s+HOST\s+SLOT\s+STATE\s+EPOCH\s+STEP\s+EX/S\s+LAST UPDATE$"
+    header = r"^\s+HOST\s+SLOT\s+STATE\s+EPOCH\s+STEP\s+EX/S\s+LAST UPDATE\s+AUTOSTOP$"
     assert re.search(header, status.stdout, re.M), status.stdout
     for index in (0, 1):
         assert re.search(rf"^\s+worker-{index}\s+worker:{index}\s+succeeded\b", status.stdout, re.M), status.stdout
@@ -76,6 +79,20 @@ def test_make_demo_trains_collects_verifies_and_destroys(repo: Path, demo_env: t
     assert logs.returncode == 0, logs.stdout[-3000:] + logs.stderr[-3000:]
     assert "following worker-0 (worker:0)" in logs.stdout, logs.stdout
     assert re.search(r"epoch|accuracy", logs.stdout.split("following worker-0", 1)[1]), logs.stdout
+
+    # A script from the TensorFlow guides, unchanged, as a SCRIPT job on the same cluster (issue 13): legacy Keras is
+    # selected for it, it trains on both workers, saves nothing, and `make train` succeeds saying so.
+    job = f"{name}-guide"
+    guide = subprocess.run(["make", "train", f"SCRIPT={GUIDE}", "DATASETS=mnist", f"JOB={job}",
+                            *[v for v in make_vars if not v.startswith("JOB=")]],
+                           cwd=repo, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert guide.returncode == 0, guide.stdout[-6000:] + guide.stderr[-3000:]
+    assert "nothing to collect" in guide.stdout, guide.stdout
+    for host in ("worker-0", "worker-1"):
+        log = (repo / ".cache" / "local" / name / host / "var/log/tfcluster" / f"{job}.log").read_text()
+        assert "20/20" in log and "accuracy" in log, log[-2000:]
+    chief = repo / ".cache" / "local" / name / "worker-0" / "var/lib/tfcluster" / job
+    assert (chief / contract.DONE).is_file() and (chief / contract.MANIFEST).read_text() == ""
 
     destroy = subprocess.run(["make", "destroy", "CLUSTER=local", *make_vars], cwd=repo, env=env,
                              capture_output=True, text=True, timeout=600, check=False)

@@ -150,7 +150,12 @@ def test_a_changed_host_key_stops_the_run_naming_the_host(twin: Twin) -> None:
     assert twin.lab is not None
     twin.lab.rekey("tw-worker-1")
     job = _job("rekeyed")
-    run = twin.make("train", JOB=job, timeout=600, **TRAIN_VARS)
+    # A fresh control path: an SSH connection the previous test left open (ControlPersist) was authenticated with
+    # the old key and would carry this run past the check; a user's next run after a rebuild opens new ones.
+    fresh = {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(twin.workdir / "cp-rekeyed")}
+    t0 = time.monotonic()
+    run = twin.make("train", JOB=job, timeout=600, env=fresh, **TRAIN_VARS)
+    assert time.monotonic() - t0 < 240, "a changed host key is refused at once, not waited for as a booting host"
     assert run.returncode != 0
     text = run.output + _log_of(run.output)
     assert "worker-1" in run.output, run.tail(40)

@@ -19,13 +19,34 @@ TASKS = [
 
 
 def test_the_status_table_has_a_header_and_a_row_per_task_in_aligned_columns() -> None:
-    lines = follow.status_table(TASKS, now=1_700_000_000.0)
-    assert lines[0].split() == ["HOST", "SLOT", "STATE", "EPOCH", "STEP", "EX/S", "LAST", "UPDATE"]
+    autostop = {"w0": json.dumps({"installed": True, "enabled": True, "idle_minutes": 30, "mode": "jobs",
+                                  "idle_seconds": 0}),
+                "w1": json.dumps({"installed": True, "enabled": False, "idle_minutes": 30, "mode": "jobs"})}
+    lines = follow.status_table(TASKS, now=1_700_000_000.0, autostop=autostop)
+    assert lines[0].split() == ["HOST", "SLOT", "STATE", "EPOCH", "STEP", "EX/S", "LAST", "UPDATE", "AUTOSTOP"]
     assert lines[1].split()[:6] == ["w0", "worker:0", "running/training", "2/3", "40/117", "6.2k"]
-    assert lines[1].endswith("(4.0 s ago)")
-    assert lines[2].split() == ["w1", "worker:1", "succeeded", "-", "-", "-", "-"]
+    assert lines[1].endswith("(4.0 s ago)  30 min (idle 0.0 s)")
+    assert lines[2].split() == ["w1", "worker:1", "succeeded", "-", "-", "-", "-", "off"]
     starts = {line.index("SLOT") if i == 0 else line.index("worker") for i, line in enumerate(lines)}
     assert len(starts) == 1, lines
+
+
+@pytest.mark.parametrize(("line", "cell"), [
+    ("", "-"),  # not installed there (a local slot; the task was skipped)
+    ("not json", "-"),
+    (json.dumps({"installed": False, "enabled": False}), "-"),
+    (json.dumps({"installed": True, "enabled": False, "idle_minutes": 30}), "off"),
+    (json.dumps({"installed": True, "enabled": True, "idle_minutes": 10, "mode": "jobs_and_ssh",
+                 "idle_seconds": 245}), "10 min, jobs_and_ssh (idle 4m05s)"),
+])
+def test_the_autostop_column_says_the_setting_and_the_idle_time(line: str, cell: str) -> None:
+    assert follow.autostop_cell(line) == cell
+
+
+def test_the_autostop_file_is_optional(tmp_path: Path) -> None:
+    assert follow.read_autostop(tmp_path / "absent.json") == {}
+    (tmp_path / "a.json").write_text(json.dumps({"w0": "{}"}))
+    assert follow.read_autostop(tmp_path / "a.json") == {"w0": "{}"}
 
 
 def test_logs_follow_the_chief_unless_host_is_given_and_an_unknown_host_is_named(tmp_path: Path) -> None:

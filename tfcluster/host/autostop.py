@@ -1,10 +1,12 @@
 """Idle autostop on a host: power the host off after it has been idle for a while. Standard library only.
 
     python3 -m tfcluster.host.autostop check [--dry-run]   # what the timer runs every 60 s (as root)
-    python3 -m tfcluster.host.autostop status              # one JSON line for `make status`
+    python3 -m tfcluster.host.autostop status              # one JSON line: this host's autostop (read-only)
 
 The autostop role installs this file with tfcluster/contract.py under /opt/tfcluster/autostop (a copy of its own,
-independent of the trainer release) and a wrapper, ``tfcluster-autostop check|status``.
+independent of the trainer release) and a wrapper, ``tfcluster-autostop check|status``. ``status`` is what
+``make status`` condenses into its AUTOSTOP column (playbooks/status.yml, tfcluster/follow.py) and what
+playbooks/autostop.yml (``make autostop``) shows for each host after a change.
 
 The host is busy while a tfcluster job unit (contract.UNIT_PREFIX, a .service that is active, activating,
 deactivating or reloading) runs and, in mode ``jobs_and_ssh``, while anybody is logged in over SSH (every

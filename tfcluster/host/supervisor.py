@@ -267,7 +267,7 @@ def start(spec_file: str, check: bool = False) -> dict[str, Any]:
     atomic_write_text(state_path(spec), dumps({"state": STARTING, "updated_at": time.time()}) + "\n")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": _pythonpath(spec), "LANG": "C.UTF-8"}
     with open(spec["log"], "ab") as log:
-        log.write(("--- tfjob start {} ---\n".format(time.strftime("%Y-%m-%dT%H:%M:%S"))).encode())
+        log.write(("--- tfcluster job start {} ---\n".format(time.strftime("%Y-%m-%dT%H:%M:%S"))).encode())
         proc = subprocess.Popen(
             [sys.executable, "-m", "tfcluster.host.supervisor", "supervise", os.path.abspath(spec_file),
              SUPERVISE_MARK, spec["run_dir"]],
@@ -325,7 +325,8 @@ def finalize(model_dir: str, check: bool = False) -> dict[str, Any]:
     os.makedirs(model_dir, exist_ok=True)
     fsync_tree(model_dir)
     files = write_manifest(model_dir)
-    atomic_write_text(os.path.join(model_dir, DONE), dumps({"finished_at": time.time(), "writer": "tfjob"}) + "\n")
+    done = {"finished_at": time.time(), "writer": "tfcluster.host.supervisor"}
+    atomic_write_text(os.path.join(model_dir, DONE), dumps(done) + "\n")
     if os.geteuid() == 0:  # the job's user owns what it wrote: the collector reads as that user
         owner = os.stat(model_dir)
         for name in (MANIFEST, DONE):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.playbooks.local_cluster import HERE, Cluster, assert_ok, byo_vars, recap
+from tests.integration.playbooks.local_cluster import Cluster, assert_ok, byo_vars, recap
 from tfcluster import contract
 from tfcluster.host import jobspec
 
@@ -94,16 +94,3 @@ def test_a_script_that_saves_nothing_succeeds(cluster: Cluster) -> None:
     assert_ok(again)
     assert "already finished" in again.stdout
     assert all(c["changed"] == 0 for c in recap(again.stdout).values()), again.stdout[-3000:]
-
-
-@pytest.mark.slow
-def test_a_guide_style_script_trains_on_two_workers(cluster: Cluster) -> None:
-    """TensorFlow's guide code, unchanged: legacy Keras is selected for it; it saves nothing and the job succeeds."""
-    proc = cluster.playbook("train.yml", "guide-style", timeout=600, extra_vars={
-        "tfcluster_script": str(HERE / "guide_job.py"), "tf_job_poll_interval": 2})
-    assert_ok(proc)
-    for host in ("worker-0", "worker-1"):
-        log = (cluster.host_dir(host) / "var/log/tfcluster/guide-style.log").read_text()
-        assert "20/20" in log and "accuracy" in log, log[-2000:]
-    chief = cluster.host_dir("worker-0") / "var/lib/tfcluster/guide-style"
-    assert (chief / contract.DONE).is_file() and (chief / contract.MANIFEST).read_text() == ""

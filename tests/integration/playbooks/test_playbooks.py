@@ -86,7 +86,7 @@ def test_byo_job_trains_collects_and_reruns_idempotently(cluster: Cluster) -> No
     counts = recap(again.stdout)
     assert counts and all(c["changed"] == 0 for c in counts.values()), again.stdout[-3000:]
     log = (cluster.host_dir("worker-0") / "var/log/tfcluster/byo.log").read_text()
-    assert log.count("--- tfjob start") == 1
+    assert log.count("--- tfcluster job start") == 1
 
     # site.yml again: changed=0 on every host (the idempotence bar).
     site = cluster.playbook("site.yml", "byo", extra_vars=extra)
