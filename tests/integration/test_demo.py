@@ -80,6 +80,26 @@ def test_make_demo_trains_collects_verifies_and_destroys(repo: Path, demo_env: t
     assert "following worker-0 (worker:0)" in logs.stdout, logs.stdout
     assert re.search(r"epoch|accuracy", logs.stdout.split("following worker-0", 1)[1]), logs.stdout
 
+    # The other commands a user types on a cluster, each run once on this one.
+    def make(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["make", *args, *make_vars], cwd=repo, env=env, capture_output=True, text=True,
+                              timeout=600, check=False)
+
+    def ok(run: subprocess.CompletedProcess[str]) -> str:
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        return run.stdout
+
+    assert "TF_CONFIG per host" in ok(make("plan"))
+    assert "already collected" in ok(make("collect"))  # the same manifest: verified, nothing replaced
+    assert "nothing to prune" in ok(make("prune-artifacts"))
+    assert name in ok(make("clusters"))
+    ok(make("autostop", "IDLE=10"))  # local slots: not applicable, changes nothing
+    ok(make("stop"))  # the job has ended: nothing to stop
+    refused = make("clean-artifacts")  # no terminal, no YES=1: refused, nothing deleted
+    assert refused.returncode != 0 and "refusing to delete them without asking" in refused.stderr, refused.stderr
+    assert collected_dir(repo / "artifacts" / "local" / name) is not None
+    assert all(target in ok(make("help")) for target in ("demo", "status", "logs", "destroy"))
+
     # A script from the TensorFlow guides, unchanged, as a SCRIPT job on the same cluster (issue 13): legacy Keras is
     # selected for it, it trains on both workers, saves nothing, and `make train` succeeds saying so.
     job = f"{name}-guide"
