@@ -52,8 +52,8 @@ demo: setup ## Whole job end to end on the embedded local cluster (emulated AWS 
 	$(TFC) demo
 
 .PHONY: test
-test: setup setup-lab ## Every test suite (unit, integration, lab); installs what it needs first
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: setup setup-lab ## Every test suite (unit, integration, lab) in two pytest processes; installs what it needs first
+	$(PY) tools/suite.py $(PYTEST_ARGS)
 
 ##@ Cluster lifecycle
 .PHONY: provision

@@ -112,6 +112,10 @@ def pack(root: Path, archive: Path) -> None:
         raise
 
 
+def _staged(final: Path, digest: str) -> bool:
+    return final.is_dir() and tree_digest(final) == digest
+
+
 def stage(dest: Path, sources: Sequence[tuple[str, Path]]) -> dict[str, str]:
     """Stage ``sources`` into ``dest/<digest>/`` (reused when it exists) and pack it; {digest, path, archive}."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -120,13 +124,17 @@ def stage(dest: Path, sources: Sequence[tuple[str, Path]]) -> dict[str, str]:
         _copy_into(tmp, sources)
         digest = tree_digest(tmp)
         final = dest / digest
-        if final.is_dir() and tree_digest(final) == digest:
-            shutil.rmtree(tmp)
-        else:
-            shutil.rmtree(final, ignore_errors=True)
+        if not _staged(final, digest):
             for directory, _dirs, _files in os.walk(tmp):
                 os.chmod(directory, 0o755)
-            os.replace(tmp, final)
+            try:
+                os.replace(tmp, final)  # atomic; fails when a tree of that name exists
+            except OSError:
+                # Another run (a second cluster's `make train` from this checkout) staged it first: use theirs.
+                # A tree of that name with other content (edited by hand) is replaced.
+                if not _staged(final, digest):
+                    shutil.rmtree(final)
+                    os.replace(tmp, final)
         archive = dest / f"{digest}.tar.gz"
         if not archive.is_file():
             pack(final, archive)

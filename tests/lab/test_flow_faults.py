@@ -86,7 +86,9 @@ def test_cut_worker_fails_fast_naming_it_then_rerun_resumes(flow_lab: Flows) -> 
         failed_after = time.monotonic() - cut_at
         print(f"[flows] cut f-w1 -> train.yml failed after {failed_after:.1f} s (stall timeout {STALL_TIMEOUT} s)")
         assert run.returncode != 0, run.describe()
-        assert failed_after <= STALL_TIMEOUT + 60, run.describe()
+        # At the stall timeout, not the wait timeout (900 s); the margin is for a loaded machine (make test runs
+        # two pytest processes).
+        assert failed_after <= STALL_TIMEOUT + 90, run.describe()
         assert "f-w1" in run.output and "Every task of the job was stopped" in run.output, run.describe(120)
         assert_all_stopped(flow_lab, job, ["f-chief", "f-w0"])
         assert not (flow_lab.artifacts(job) / "current").exists(), "a half-finished checkpoint was collected"

@@ -102,6 +102,30 @@ def test_a_dataset_that_is_not_canonical_mnist_is_refused(tmp_path: Path) -> Non
     assert not (tmp_path / "verified.json").exists()
 
 
+def test_a_run_that_stages_the_same_tree_at_the_same_time_uses_the_first_one(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two `make train` of this checkout at once (two clusters, or make test's two streams) stage one digest: the
+    one that comes second keeps the first one's tree, which the first may be copying to its hosts right now."""
+    first = stage(tmp_path)
+    inode = os.stat(first["path"]).st_ino
+    checks = iter([False])  # the second run looked before the first had finished
+    real = release._staged
+    monkeypatch.setattr(release, "_staged", lambda final, digest: next(checks, None) or real(final, digest))
+    second = stage(tmp_path)
+    assert second == first and os.stat(second["path"]).st_ino == inode
+    assert tree_digest(Path(second["path"])) == second["digest"]
+    left = sorted(p.name for p in (tmp_path / "stage").iterdir())
+    assert left == sorted([first["digest"], f"{first['digest']}.tar.gz"])  # no temporary tree left behind
+
+
+def test_a_staged_tree_edited_by_hand_is_replaced(tmp_path: Path) -> None:
+    first = stage(tmp_path)
+    (Path(first["path"]) / "trainer" / "extra.py").write_text("x = 1\n")
+    again = stage(tmp_path)
+    assert again["digest"] == first["digest"] and not (Path(again["path"]) / "trainer" / "extra.py").exists()
+    assert tree_digest(Path(again["path"])) == again["digest"]
+
+
 def test_cli_stage_prints_everything_the_playbook_reads(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "tfcluster.release", "stage", "--dest", str(tmp_path / "s"),
                            "--inputs", str(REPO / "playbooks/site.yml")], cwd=REPO, capture_output=True, text=True,
