@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.flows import MWMS_SLOTS, PS_SLOTS, TRAIN_PORT, Flows, render_hosts_file
+from lab.flows import MWMS_SLOTS, PS_SLOTS, TRAIN_PORT, Flows, render_hosts_file, wait_until
 from tfcluster.files import verify_dir
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -180,18 +180,24 @@ def test_collector_throughput_against_scp(flow_lab: Flows, ubuntu_chief: Path, t
           f"({268 / scp:.0f} MB/s)")
 
 
+def sshd_down_for(flows: Flows, host: str, seconds: int) -> None:
+    """Stop the host's sshd and start it again ``seconds`` later. The timer comes first: stopping sshd may end the
+    very SSH session that asks for it (it did once, on a loaded machine, and sshd never came back)."""
+    flows.lab.ssh(host, f"systemd-run --on-active={seconds} --collect systemctl start ssh.service && "
+                        "systemctl stop ssh.socket ssh.service", check=False)
+    wait_until(lambda: not flows.lab.reachable(host), 15, f"{host}'s sshd still answers after the stop")
+
+
 def test_a_late_sshd_is_waited_for_and_a_missing_one_named(flow_lab: Flows, tmp_path: Path) -> None:
     hosts = flow_lab.hosts_file("deploy-late", PS_SLOTS)
     fresh = {"ansible_control_path_dir": str(tmp_path / "cp"), "tfcluster_prepare_force": True}
     only = ["--limit", "f-w1,localhost"]  # localhost: site.yml stages the release there
-    flow_lab.lab.ssh("f-w1", "systemctl stop ssh.socket ssh.service; "
-                             "systemd-run --on-active=20 --collect systemctl start ssh.service", check=False)
     started = time.monotonic()
+    sshd_down_for(flow_lab, "f-w1", 20)
     late = flow_lab.run("site.yml", hosts, "prepare", fresh, args=only)
     assert late.returncode == 0, late.describe()
     assert time.monotonic() - started >= 15
-    flow_lab.lab.ssh("f-w1", "systemctl stop ssh.socket ssh.service; "
-                             "systemd-run --on-active=60 --collect systemctl start ssh.service", check=False)
+    sshd_down_for(flow_lab, "f-w1", 60)
     try:
         never = flow_lab.run("site.yml", hosts, "prepare", {**fresh, "ansible_control_path_dir": str(tmp_path / "c2"),
                                                            "host_ready_ssh_timeout": 5}, args=only)

@@ -65,7 +65,9 @@ def test_byo_job_trains_collects_and_reruns_idempotently(cluster: Cluster) -> No
     extra = byo_vars("--steps 4", tfcluster_script_requirements=str(HERE / "byo_requirements.txt"))
     proc = cluster.playbook("train.yml", "byo", extra_vars=extra)
     assert_ok(proc)
-    assert re.search(r"worker-0 +worker:0 +running", proc.stdout)  # a live progress line per worker
+    # A progress line per worker (a 4-step job may be done by the first poll on a loaded machine: then it says so).
+    for host, slot in (("worker-0", "worker:0"), ("worker-1", "worker:1")):
+        assert re.search(rf"{host} +{slot} +(running|succeeded)", proc.stdout), proc.stdout[-3000:]
     chief_model = cluster.host_dir("worker-0") / "var/lib/tfcluster/byo"
     # The script got TF_CONFIG and the model dir, ran on both slots, and the role finalized the chief's dir.
     for host, index in (("worker-0", 0), ("worker-1", 1)):
