@@ -236,15 +236,43 @@ def tf_env(cluster: str, base: Mapping[str, str] | None = None) -> dict[str, str
     return env
 
 
+def set_aside_stale_state(tf_dir: Path, stamp: str) -> Path | None:
+    """The local root's state when its emulator is gone (a reboot, a killed moto): what it names lived only in that
+    emulator's memory, and an apply against a fresh one fails on it (InvalidGroup.NotFound after minutes of
+    retries). Renamed to terraform.tfstate.stale-STAMP (kept to look at, never read again); the path, or None when
+    there is no state with resources."""
+    state = tf_dir / "terraform.tfstate"
+    try:
+        resources = json.loads(state.read_text()).get("resources")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not resources:
+        return None
+    aside = state.with_name(f"terraform.tfstate.stale-{stamp}")
+    state.replace(aside)
+    return aside
+
+
+def drop_state_of_a_gone_emulator(tf_dir: Path, directory: Path) -> bool:
+    """True when the emulator runs; else sets a stale state aside (saying so) and returns False."""
+    if localaws.running(directory) is not None:
+        return True
+    aside = set_aside_stale_state(tf_dir, time.strftime("%Y%m%dT%H%M%S"))
+    if aside is not None:
+        LOG.warning("the emulated endpoint that held this local cluster is gone (a reboot?), and its resources "
+                    "with it: its Terraform state is set aside as %s; starting from an empty state", aside)
+    return False
+
+
 def do_local(action: str, tf_dir: Path, env: dict[str, str], *, workers: int | None, extra: Sequence[str],
              keep_endpoint: bool) -> int:
     directory = localaws.state_dir()
     if action == "output":
         print(run_terraform(["output", "-json"], tf_dir, env, capture=True).stdout, end="")
         return 0
+    was_running = drop_state_of_a_gone_emulator(tf_dir, directory)
     if action == "destroy":
         return destroy_local(tf_dir, env, directory, workers=workers, extra=extra, keep_endpoint=keep_endpoint)
-    was_running = localaws.running(directory) is not None
     endpoint = localaws.start(directory, localaws.default_port())
     tf_vars = var_args([*local_vars(env, endpoint.url, workers), *extra])
     prepare(tf_dir, env, "local")

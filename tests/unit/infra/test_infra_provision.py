@@ -188,3 +188,20 @@ def test_upgrade_needs_the_registry(caplog: pytest.LogCaptureFixture, monkeypatc
     monkeypatch.setenv("TFCLUSTER_TF_MIRROR", "1")
     assert provision.main(["upgrade", "--cluster", "aws"]) == 1
     assert "nothing to upgrade to. Fix: unset TFCLUSTER_TF_MIRROR" in caplog.text
+
+
+def test_a_state_whose_emulator_is_gone_is_set_aside_not_applied_against(tmp_path: Path) -> None:
+    """After a reboot the local state names resources that lived only in the dead emulator's memory."""
+    state = tmp_path / "terraform.tfstate"
+    state.write_text(json.dumps({"version": 4, "resources": [{"type": "aws_instance", "name": "this"}]}))
+    aside = provision.set_aside_stale_state(tmp_path, "20261201T000000")
+    assert aside == tmp_path / "terraform.tfstate.stale-20261201T000000"
+    assert not state.exists() and json.loads(aside.read_text())["resources"]
+
+
+@pytest.mark.parametrize("text", [None, "", "not json", "[]", '{"version": 4, "resources": []}'])
+def test_no_state_or_an_empty_one_is_left_alone(tmp_path: Path, text: str | None) -> None:
+    if text is not None:
+        (tmp_path / "terraform.tfstate").write_text(text)
+    assert provision.set_aside_stale_state(tmp_path, "x") is None
+    assert [p.name for p in tmp_path.iterdir()] == ([] if text is None else ["terraform.tfstate"])
