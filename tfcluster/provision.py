@@ -272,7 +272,8 @@ def do_local(action: str, tf_dir: Path, env: dict[str, str], *, workers: int | N
         return 0
     was_running = drop_state_of_a_gone_emulator(tf_dir, directory)
     if action == "destroy":
-        return destroy_local(tf_dir, env, directory, workers=workers, extra=extra, keep_endpoint=keep_endpoint)
+        return destroy_local(tf_dir, env, directory, workers=workers, extra=extra, keep_endpoint=keep_endpoint,
+                             was_running=was_running)
     endpoint = localaws.start(directory, localaws.default_port())
     tf_vars = var_args([*local_vars(env, endpoint.url, workers), *extra])
     prepare(tf_dir, env, "local")
@@ -295,9 +296,9 @@ def do_local(action: str, tf_dir: Path, env: dict[str, str], *, workers: int | N
 
 
 def destroy_local(tf_dir: Path, env: dict[str, str], directory: Path, *, workers: int | None, extra: Sequence[str],
-                  keep_endpoint: bool) -> int:
+                  keep_endpoint: bool, was_running: bool) -> int:
     cluster_name = state_cluster_name(tf_dir, env) or env.get("TFCLUSTER_CLUSTER") or "tfcluster-local"
-    if state_resources(tf_dir, env) or localaws.running(directory) is not None:
+    if state_resources(tf_dir, env) or was_running:
         endpoint = localaws.start(directory, localaws.default_port())
         prepare(tf_dir, env, "local")
         started = time.monotonic()

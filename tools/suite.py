@@ -8,7 +8,7 @@ With no test path in the arguments, runs
 at once, each with the same arguments (-k, --durations, ...). The split keeps apart what must not overlap: every
 user of the session-scoped flow lab is in one process (a second process would boot a second lab of the same name),
 and nothing in SIDE runs `make`, Terraform or the AWS twin, which share the checkout's state with the main stream.
-tests/unit/test_test_layout.py proves that every test module using the flow lab is in SIDE.
+tests/unit/test_suite_streams.py proves that every test module using the flow lab is in SIDE.
 
 With a test path among the arguments (`make test PYTEST_ARGS=tests/unit`), one pytest runs exactly what was asked.
 The exit status is the first failing stream's; a stream that selected no test (pytest's 5) fails the run unless the
@@ -20,7 +20,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -84,23 +83,21 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def run_streams(args: Sequence[str]) -> int:
     SIDE_LOG.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
     print(f"[test] two pytest processes: the main stream here, the side stream ({len(SIDE)} lab modules) "
           f"beside it, logged to {SIDE_LOG.relative_to(REPO)} and printed when both are done", flush=True)
     with open(SIDE_LOG, "wb") as log:
         side = subprocess.Popen(side_argv(args), cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         try:
             main_rc = subprocess.run(main_argv(args), cwd=REPO, check=False).returncode
-            main_s = time.monotonic() - started
             side_rc = side.wait()
         finally:
             stop(side)
-    side_s = time.monotonic() - started
     sys.stdout.write(f"\n[test] ===== side stream ({', '.join(Path(p).name for p in SIDE)}) =====\n")
     sys.stdout.flush()
     sys.stdout.buffer.write(SIDE_LOG.read_bytes())
-    print(f"\n[test] main stream: exit {main_rc} after {main_s:.0f} s; side stream: exit {side_rc} after "
-          f"{side_s:.0f} s (log {SIDE_LOG.relative_to(REPO)})", flush=True)
+    # Each stream's own summary line above says how long it took (the side one usually ends first).
+    print(f"\n[test] main stream: exit {main_rc}; side stream: exit {side_rc} (log {SIDE_LOG.relative_to(REPO)})",
+          flush=True)
     return combined(main_rc, side_rc)
 
 
