@@ -14,7 +14,7 @@ STRATEGY ?= auto## auto | multi_worker_mirrored | parameter_server | mirrored | 
 HOSTS    ?= inventory/onprem.yml## on-prem host file (CLUSTER=onprem)
 SCRIPT   ?=## bring your own training script instead of the built-in trainer
 SCRIPT_ARGS ?=## arguments of SCRIPT (split like a shell would, passed as literal arguments)
-SCRIPT_REQUIREMENTS ?=## requirements file of SCRIPT (installed into the runtime venv)
+SCRIPT_REQUIREMENTS ?=## hash-pinned requirements of SCRIPT, installed for the job alone (make lock SCRIPT_REQUIREMENTS=FILE writes FILE.lock)
 KERAS    ?= legacy## SCRIPT jobs: legacy (tf-keras, works under every strategy) | 3 (a script written for Keras 3)
 DATASETS ?=## SCRIPT jobs: datasets copied to every host's dataset dir (TFCLUSTER_DATASETS), e.g. mnist
 TRAINER_ARGS ?=## extra arguments of the built-in trainer
@@ -153,9 +153,14 @@ lint: setup ## ruff (with complexity), ansible-lint (production profile), terraf
 	terraform fmt -check -recursive -diff infra
 	.cache/venvs/checkov/bin/checkov -d infra --framework terraform --skip-download --quiet --compact
 
+# SCRIPT_REQUIREMENTS reaches tfcluster.lock through the environment (never through a shell), like every variable.
 .PHONY: lock
-lock: setup ## Regenerate the hash-pinned host requirements (trainer/requirements.txt -> python_runtime's locks)
-	$(PY) -m tfcluster.lock compile
+lock: setup ## Regenerate the hash-pinned host requirements (python_runtime's locks); SCRIPT_REQUIREMENTS=FILE: write FILE.lock
+	$(PY) -m tfcluster.lock $(if $(SCRIPT_REQUIREMENTS),script,compile)
+
+.PHONY: lock-control
+lock-control: setup ## Regenerate requirements-control.lock (hash-pinned; TFCLUSTER_LOCKED=1 make setup-cluster installs it)
+	$(PY) -m tfcluster.lock control
 
 .PHONY: wheelhouse
 wheelhouse: setup ## Build the air-gapped wheelhouse for on-prem hosts from the locks (GPU=1: with the CUDA wheels)

@@ -25,7 +25,7 @@ from typing import Any
 from inventory.fields import address_problem, optional_name_problem, port_problem
 from inventory.known_hosts import parse_host_keys
 from inventory.model import Access, Bastion
-from tfcluster.contract import CONNECT_MODES, Problem
+from tfcluster.contract import CONNECT_MODES, Problem, is_digits
 
 HOST_KEY_CHECKING: tuple[str, ...] = ("yes", "accept-new")
 BASTION_KEYS = frozenset({"address", "user", "port"})
@@ -107,7 +107,7 @@ def parse_bastion_text(field: str, raw: str) -> tuple[Bastion | None, list[Probl
     host = match.group("host").removeprefix("[").removesuffix("]")
     port: Any = match.group("port")
     if port is not None:
-        port = int(port) if port.isdigit() else port
+        port = int(port) if is_digits(port) else port
     return parse_bastion(field, {"address": host, "user": match.group("user"), "port": port})
 
 

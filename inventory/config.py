@@ -16,6 +16,7 @@ from tfcluster.contract import (
     TAG_KEYS,
     TF_PORT,
     Problem,
+    is_digits,
     name_problem,
 )
 
@@ -46,7 +47,7 @@ def _int_env(env: Mapping[str, str], key: str, default: int, bounds: tuple[int, 
     raw = env.get(key, "").strip()
     if not raw:
         return default
-    if raw.isdigit() and low <= int(raw) <= high:
+    if is_digits(raw) and low <= int(raw) <= high:
         return int(raw)
     problems.append(Problem(key, f"{raw!r} is not a whole number in {low}..{high}",
                             f"set {key} to a number in {low}..{high}, or unset it for {default}"))

@@ -11,10 +11,15 @@ import ipaddress
 import re
 from pathlib import Path
 
-from tfcluster.contract import Problem, name_problem
+from tfcluster.contract import Problem, is_digits, name_problem
 
 # A DNS name or IPv4 address: letters, digits, '-', '_' and dots; no ':' (IPv6 is checked apart), no spaces.
 _HOSTNAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?")
+# What an IPv6 address is written with (embedded IPv4 included); no '%' zone, which ipaddress would accept with any
+# text after it (a newline, quotes, `$()`, `{{ }}`: issue 18).
+_IPV6 = re.compile(r"[0-9A-Fa-f:.]{2,45}")
+ZONE_FIX = ("give a global or unique-local IPv6 address (or a DNS name) without '%' and a zone: link-local fe80:: "
+            "addresses need one and are not supported")
 # Characters a path handed to ssh may not hold: ssh expands '%' tokens, '"' and '\' break its quoting.
 _PATH_REFUSED = re.compile(r'[%"\\\x00-\x1f\x7f]')
 
@@ -28,14 +33,16 @@ def int_or_text(value: str | None) -> object:
     if value is None:
         return None
     text = value.strip()
-    return int(text) if text.isdigit() else value
+    return int(text) if is_digits(text) else value
 
 
 def is_address(value: object) -> bool:
-    """An IPv4/IPv6 address or a DNS name (no port, no spaces, no brackets)."""
+    """An IPv4/IPv6 address or a DNS name (no port, no spaces, no brackets, no IPv6 zone ``%...``)."""
     if not isinstance(value, str):
         return False
     if ":" in value:
+        if not _IPV6.fullmatch(value):
+            return False
         try:
             ipaddress.IPv6Address(value)
         except ValueError:
@@ -44,12 +51,22 @@ def is_address(value: object) -> bool:
     return bool(_HOSTNAME.fullmatch(value)) and ".." not in value
 
 
+def _zoned(value: str) -> bool:
+    """An IPv6 address with a zone (``fe80::1%eth0``): what ``ipaddress`` accepts and no address field does."""
+    address, sep, _zone = value.partition("%")
+    return bool(sep) and ":" in address and is_address(address)
+
+
 def address_problem(field: str, value: object, fix: str, what: str = "address") -> Problem | None:
     """None for a valid address; else the problem, named ``field``."""
     if is_address(value):
         return None
     if value in (None, ""):
         return Problem(field, f"{what} is missing", fix)
+    if isinstance(value, str) and _zoned(value):
+        zone = value[value.index("%"):]
+        return Problem(field, f"{what} {value!r} holds an IPv6 zone ({zone!r}), which no address field accepts",
+                       ZONE_FIX)
     if isinstance(value, str) and ":" in value and not value.startswith("["):
         return Problem(field, f"{what} {value!r} holds a ':' but is not an IPv6 address",
                        "give the port in its own field, and only the IP or DNS name as the address")

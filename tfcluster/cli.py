@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import json
 import os
 import sys
 import time
@@ -21,11 +22,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tfcluster import contract, follow, paths
+from tfcluster import contract, follow, ledger, paths
 from tfcluster import run as runner
 from tfcluster.inventory_env import inventory_env, tf_dir_of
-from tfcluster.ledger import collected_dir, dir_size, old_copies, uncollected_jobs, write_ledger
+from tfcluster.ledger import collected_dir, dir_size, old_copies
 from tfcluster.settings import Settings, SettingsError, load
+from tfcluster.text import printable
 from tfcluster.view import View, duration, failure_lines
 
 EXIT_OK, EXIT_FAILED, EXIT_SETTINGS = 0, 1, 2
@@ -53,6 +55,88 @@ def job_lock(settings: Settings) -> Iterator[None]:
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         yield
+
+
+def _holders(lock: Path) -> list[str]:
+    """``PID COMMAND`` of each live process that holds a cluster lock shared (its ``<lock>.<pid>`` file)."""
+    found = []
+    for path in sorted(lock.parent.glob(f"{lock.name}.*")):
+        pid = path.name.rpartition(".")[2]
+        try:
+            os.kill(int(pid), 0)
+        except (ProcessLookupError, ValueError):
+            continue  # ended without cleaning up (killed), or not a holder's file
+        except PermissionError:
+            pass  # alive, another user's
+        try:
+            found.append(path.read_text(encoding="utf-8", errors="replace").strip()[:200] or pid)
+        except OSError:
+            continue
+    return found
+
+
+@contextmanager
+def cluster_lock(settings: Settings, command: str, *, exclusive: bool = False) -> Iterator[None]:
+    """One lock per cluster, artifacts/<cluster>/.cluster-<name>.lock: `make train`, `collect` and `stop` hold it
+    shared (any number at once), `make destroy` alone; whoever comes second is refused at once, told who holds it.
+    A shared holder names itself in ``<lock>.<pid>`` (removed when it lets go), the exclusive one in the lock."""
+    lock = paths.cluster_lock_file(settings.cluster, settings.cluster_name)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    me = f"pid {os.getpid()}: tfcluster {command}" + ("" if exclusive else f" JOB={settings.job}")
+    with open(lock, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if exclusive:
+                held = "; ".join(_holders(lock)) or "a process that has not named itself yet"
+                raise CommandError(f"CLUSTER={settings.cluster} ({settings.cluster_name}) is in use ({held}). Fix: "
+                                   "wait for it to end, or `make stop JOB=<job>` a running train, then destroy "
+                                   "again") from None
+            handle.seek(0)
+            raise CommandError(f"CLUSTER={settings.cluster} ({settings.cluster_name}) is being destroyed "
+                               f"({handle.read().strip()[:200] or '?'}). Fix: wait for the destroy to end (then "
+                               "`make provision` to use the cluster again)") from None
+        if exclusive:
+            for stale in lock.parent.glob(f"{lock.name}.*"):  # no shared holder is left: what remains is stale
+                stale.unlink(missing_ok=True)
+            handle.seek(0)
+            handle.truncate()
+            handle.write(me + "\n")
+            handle.flush()
+            yield
+            return
+        mine = lock.with_name(f"{lock.name}.{os.getpid()}")
+        mine.write_text(me + "\n", encoding="utf-8")
+        try:
+            yield
+        finally:
+            mine.unlink(missing_ok=True)
+
+
+# The gang-start play of playbooks/train.yml: a train whose playbook ended before it started nothing
+# (tests/unit/test_cli.py checks the name against train.yml).
+START_STAGE = "Start every task at once"
+LEDGER_EVENTS = ("stage_start", "decision", "collected")
+
+
+def run_events(events_file: Path) -> list[dict[str, Any]]:
+    """The ``stage_start``, ``decision`` and ``collected`` events of one playbook run, read once more from its file
+    after the run (VERBOSE=1 renders none); a line that is not a JSON object is skipped."""
+    try:
+        lines = events_file.read_bytes().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        if not any(f'"event": "{kind}"'.encode() in line for kind in LEDGER_EVENTS):
+            continue  # progress lines are most of the file
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") in LEDGER_EVENTS:
+            found.append(event)
+    return found
 
 
 def playbook_vars(settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -83,13 +167,16 @@ def playbook_vars(settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def cluster_vars(settings: Settings) -> dict[str, Any]:
-    """What the applied Terraform root tells the playbooks (CLUSTER=aws): where backups go (checkpoint_s3)."""
+    """What the applied Terraform root tells the playbooks (CLUSTER=aws): where backups go (checkpoint_s3) and what an
+    idle host's power-off does (autostop_down: stop | terminate; a terminating host waits for an uncollected job)."""
     if settings.cluster != "aws" or not (tf_dir_of(settings) / "terraform.tfstate").is_file():
         return {}
     from tfcluster import provision_aws, terraform
 
     outputs = provision_aws.outputs(tf_dir_of(settings), terraform.terraform_env(cluster="aws"))
-    return {"tfcluster_checkpoint_s3": outputs["checkpoint_s3"]} if outputs.get("checkpoint_s3") else {}
+    found = {"tfcluster_checkpoint_s3": outputs.get("checkpoint_s3"),
+             "tfcluster_autostop_down": outputs.get("autostop_down")}
+    return {key: value for key, value in found.items() if isinstance(value, str) and value}
 
 
 class Command:
@@ -100,6 +187,7 @@ class Command:
         self.out = out or sys.stdout
         self.view = View(self.out, tty=self.out.isatty())
         self.job_dir = paths.job_dir(settings.cluster, settings.job)
+        self.events: list[dict[str, Any]] = []  # the last playbook's LEDGER_EVENTS
 
     def say(self, text: str) -> None:
         self.view.line(text)
@@ -111,13 +199,15 @@ class Command:
         log = paths.log_file(self.job_dir, action)
         events_file = log.with_suffix(".events.jsonl")
         trusted, untrusted = playbook_vars(self.s)
-        untrusted |= cluster_vars(self.s)
+        untrusted |= {k: v for k, v in cluster_vars(self.s).items() if k not in (more_vars or {})}  # the command's win
         extra = runner.write_extra_vars(log.parent, {**trusted, **(more_vars or {})}, untrusted)
         self.say(f"{action} job {self.s.job} on CLUSTER={self.s.cluster} ({self.s.cluster_name}); log: "
                  f"{_rel(log)}")
         env = runner.ansible_env(self.env(), events_file, {})
+        self.events = []
         code = runner.run(runner.playbook_argv(name, extra, self.s.ansible_args), env=env, log=log, view=self.view,
                           verbose=self.s.verbose, events_file=events_file)
+        self.events = run_events(events_file)
         if code != 0:
             for text in failure_lines(self.view, _rel(log)):
                 self.say(text)
@@ -137,11 +227,11 @@ class Command:
         self.say(f"  {mark} {'terraform ' + action:<58} {duration(time.monotonic() - started):>8}")
         for text in _tail(log, 400):  # what provision concluded (its own log lines, not Terraform's)
             if text.startswith("[provision] ") and code == 0:
-                self.say(f"       {text[len('[provision] '):]}")
+                self.say(f"       {printable(text[len('[provision] '):])}")
         if code != 0:
             self.say("  last lines of the log:")
             for text in _tail(log, 25):
-                self.say(f"    {text}")
+                self.say(f"    {printable(text)}")
         return code
 
 
@@ -161,25 +251,33 @@ def _tail(path: Path, lines: int) -> list[str]:
 
 # --- commands -------------------------------------------------------------------------------------------------------
 def cmd_train(cmd: Command) -> int:
-    with job_lock(cmd.s):
+    with cluster_lock(cmd.s, "train"), job_lock(cmd.s):
+        run = ledger.start_run(cmd.job_dir, cmd.s.cluster_name)  # before anything starts: an interrupt leaves it
         code = cmd.playbook("train.yml", "train")
-        write_ledger(cmd.job_dir, cmd.s.cluster_name, (cmd.view.decision or {}).get("decision"))
+        began = any(e.get("event") == "stage_start" and e.get("name") == START_STAGE for e in cmd.events)
+        ledger.end_run(cmd.job_dir, run, ledger.last_decision(cmd.events),
+                       ledger.collected_version(cmd.job_dir, cmd.events), began=began)
     if code != 0:
         return EXIT_FAILED
     for text in [*job_summary(cmd.job_dir), *still_running(cmd.s)]:
-        cmd.say(text)
+        cmd.say(printable(text))  # metrics.json values, EC2 tags, an exception's text
     return EXIT_OK
 
 
 def cmd_collect(cmd: Command) -> int:
-    with job_lock(cmd.s):
+    with cluster_lock(cmd.s, "collect"), job_lock(cmd.s):
         code = cmd.playbook("collect.yml", "collect")
-        write_ledger(cmd.job_dir, cmd.s.cluster_name, (cmd.view.decision or {}).get("decision"))
+        ledger.record_collect(cmd.job_dir, cmd.s.cluster_name, ledger.collected_version(cmd.job_dir, cmd.events))
     return EXIT_OK if code == 0 else EXIT_FAILED
 
 
 def cmd_stop(cmd: Command) -> int:
-    return EXIT_OK if cmd.playbook("stop.yml", "stop") == 0 else EXIT_FAILED
+    """Not under the job lock: it is what stops a running train."""
+    with cluster_lock(cmd.s, "stop"):
+        code = cmd.playbook("stop.yml", "stop")
+        if code == 0:
+            ledger.record_stop(cmd.job_dir)
+    return EXIT_OK if code == 0 else EXIT_FAILED
 
 
 def cmd_status(cmd: Command) -> int:
@@ -245,7 +343,7 @@ def cmd_clusters(cmd: Command) -> int:
     from tfcluster import clusters
 
     for text in clusters.clusters_report(ec2_for(cmd.s)).splitlines():
-        cmd.say(text)
+        cmd.say(printable(text))  # EC2 tags are anyone's text
     return EXIT_OK
 
 
@@ -254,19 +352,44 @@ def cmd_autostop(cmd: Command) -> int:
     if not cmd.s.autostop and cmd.s.down is None:
         raise CommandError("nothing to change. Fix: make autostop IDLE=30m (or IDLE=off), MODE=jobs_and_ssh to let "
                            "an SSH login keep a host up, DOWN=1 (aws) to terminate instead of stop")
-    if cmd.s.autostop and cmd.playbook("autostop.yml", "autostop", more_vars=cmd.s.autostop) != 0:
+    from tfcluster import clusters
+
+    if cmd.s.down is not None and not cmd.s.autostop:
+        raise CommandError("DOWN changes what an idle host does, and each host's autostop settings hold that too (a "
+                           "terminating host waits for an uncollected job). Fix: give IDLE with it, e.g. make autostop "
+                           "IDLE=30m DOWN=1")
+    state = _state_slots(cmd.s) if cmd.s.down is not None else {}  # refused before anything changes
+    down_vars = {"tfcluster_autostop_down": cmd.s.down} if cmd.s.down is not None else {}
+    if cmd.s.autostop and cmd.playbook("autostop.yml", "autostop", more_vars={**cmd.s.autostop, **down_vars}) != 0:
         return EXIT_FAILED
     if cmd.s.down is not None:
-        from tfcluster import clusters
-
-        changed = clusters.set_shutdown_behavior(ec2_for(cmd.s), cmd.s.cluster_name, cmd.s.down)
-        cmd.say(f"shutdown behaviour '{cmd.s.down}' on {len(changed)} instance(s): {' '.join(changed)}. Give "
-                f"`make provision DOWN={os.environ.get('DOWN')}` the same DOWN, or the next apply sets it back")
+        change = clusters.set_shutdown_behavior(ec2_for(cmd.s), cmd.s.cluster_name, cmd.s.down, state)
+        cmd.say(f"shutdown behaviour '{cmd.s.down}' on {len(change.changed)} instance(s) of the Terraform state: "
+                f"{' '.join(change.changed)}. Give `make provision DOWN={os.environ.get('DOWN')}` the same DOWN, or "
+                "the next apply sets it back")
+        for line in clusters.render_not_ours(cmd.s.cluster_name, change.not_ours):
+            cmd.say(printable(line))
     return EXIT_OK
 
 
+def _state_slots(settings: Settings) -> dict[str, str]:
+    """{instance id: slot} of the cluster's applied Terraform state (its hosts output): the only instances DOWN
+    may change."""
+    from tfcluster import clusters, provision_aws, terraform
+
+    tf_dir = tf_dir_of(settings)
+    state = clusters.state_slots(provision_aws.outputs(tf_dir, terraform.terraform_env(cluster="aws")).get("hosts"))
+    if not state:
+        raise CommandError(f"no applied Terraform state with hosts in {tf_dir}: DOWN changes only the instances that "
+                           "state holds. Fix: run it where `make provision CLUSTER=aws` ran (or point TFCLUSTER_TF_DIR "
+                           "at that root)")
+    return state
+
+
 def cmd_provision(cmd: Command) -> int:
-    return EXIT_OK if cmd.provision("apply") == 0 else EXIT_FAILED
+    """An apply may replace instances: not while a train, collect or stop of the cluster runs."""
+    with cluster_lock(cmd.s, "provision", exclusive=True):
+        return EXIT_OK if cmd.provision("apply") == 0 else EXIT_FAILED
 
 
 def cmd_plan(cmd: Command) -> int:
@@ -277,16 +400,22 @@ def cmd_plan(cmd: Command) -> int:
 
 
 def cmd_destroy(cmd: Command) -> int:
-    left = uncollected_jobs(cmd.s.cluster, cmd.s.cluster_name)
-    if left and os.environ.get("FORCE", "") != "1":
-        raise CommandError(f"job(s) {', '.join(left)} finished on {cmd.s.cluster_name} but were never collected: "
-                           "destroying would lose them. Fix: `make collect JOB=<job>` for each, or `make destroy "
-                           "FORCE=1` to destroy anyway")
-    return EXIT_OK if cmd.provision("destroy") == 0 else EXIT_FAILED
+    """Refused while a train, collect or stop of the cluster runs, and while a job's result may be only on the
+    hosts (tfcluster.ledger: started or finished, never collected) unless FORCE=1."""
+    with cluster_lock(cmd.s, "destroy", exclusive=True):
+        left = ledger.blocking_jobs(cmd.s.cluster, cmd.s.cluster_name)
+        if left and os.environ.get("FORCE", "") != "1":
+            jobs = "; ".join(f"{job} ({why})" for job, why in left.items())
+            first = next(iter(left))
+            raise CommandError(f"job(s) of {cmd.s.cluster_name} whose result was never collected: {jobs}. "
+                               "Destroying would lose it. Fix: `make collect JOB=<job>` for each "
+                               f"(e.g. `make collect JOB={first}`); `make stop JOB=<job>` for a started job you "
+                               "do not want; or `make destroy FORCE=1` to destroy anyway")
+        return EXIT_OK if cmd.provision("destroy") == 0 else EXIT_FAILED
 
 
 def cmd_demo(cmd: Command) -> int:
-    if cmd.provision("apply") != 0:
+    if cmd_provision(cmd) != 0:
         return EXIT_FAILED
     if cmd_train(cmd) != 0:
         return EXIT_FAILED

@@ -3,26 +3,30 @@
     ec2 = boto3.client("ec2", region_name=...)
     print(clusters_report(ec2))                      # make clusters (= render_clusters(list_clusters(ec2, now)))
     print(running_summary(ec2, "tfcluster-aws"))     # the end of make train
-    left = remaining_instances(ec2, "tfcluster-aws") # make destroy: must be []
+    state = state_slots(terraform_outputs["hosts"])  # the applied state's instance ids and slots
+    left = remaining_instances(ec2, "tfcluster-aws", state)   # make destroy: left.ours must be empty
     print(render_remaining("tfcluster-aws", left, ec2.meta.region_name))
-    set_shutdown_behavior(ec2, "tfcluster-aws", "terminate")   # make autostop DOWN=1
+    set_shutdown_behavior(ec2, "tfcluster-aws", "terminate", state)   # make autostop DOWN=1
 
 An instance is a tfcluster instance when it carries a valid cluster name (``tfcluster:cluster``) and a task type
 (``tfcluster:task_type``) of the contract; any other instance (no tags, someone else's tag set, a hand-made
-``tfcluster:cluster`` without a slot) is never listed, counted or changed. Terminated instances are gone. Cost
-figures are estimates (tfcluster/prices.py: a dated on-demand table) and say so.
+``tfcluster:cluster`` without a slot) is never listed or counted. Tags are only a claim: anyone may write them.
+What is *changed* (``set_shutdown_behavior``) or held to account (``remaining_instances``) is narrower: an instance
+the applied Terraform state holds for the cluster, whose contract tags name the slot the state gives it
+(``members``); anything else carrying the cluster tag is reported as not ours and left alone. Terminated instances
+are gone. Cost figures are estimates (tfcluster/prices.py: a dated on-demand table) and say so.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from tfcluster import prices
-from tfcluster.contract import SLOT_ORDER, TAG_KEYS, TASK_TYPES, name_problem
+from tfcluster.contract import SLOT_ORDER, TAG_KEYS, TASK_TYPES, is_digits, name_problem
 from tfcluster.duration import format_duration, parse_time
 
 UTC = timezone.utc  # datetime.UTC is Python >= 3.11; the control machine may run 3.10
@@ -33,6 +37,8 @@ BILLED_STATES: frozenset[str] = frozenset({"pending", "running"})  # compute is 
 SHUTDOWN_BEHAVIORS: tuple[str, ...] = ("stop", "terminate")
 # How a user tears a cluster down ({name}: the cluster). The CLI may pass its own.
 TEARDOWN = "make destroy CLUSTER=aws TFCLUSTER_CLUSTER={name}"
+# What the applied Terraform state holds for a cluster: instance id -> slot ("worker:1"); see state_slots.
+StateSlots = Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,31 @@ class Instance:
     @property
     def slot_key(self) -> tuple[int, int, str]:
         task_type, _, index = self.slot.partition(":")
-        return (SLOT_ORDER.index(task_type), int(index) if index.isdigit() else 0, self.instance_id)
+        return (SLOT_ORDER.index(task_type), int(index) if is_digits(index) else 0, self.instance_id)
+
+
+@dataclass(frozen=True)
+class NotOurs:
+    """An instance that carries the cluster's tag but is not one the applied state holds in that slot."""
+
+    instance_id: str
+    state: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Members:
+    """A cluster's live instances split by the applied state: ours (held by the state, tags matching its slot) and
+    everything else that carries the cluster tag."""
+
+    ours: tuple[Instance, ...]
+    not_ours: tuple[NotOurs, ...]
+
+
+@dataclass(frozen=True)
+class ShutdownChange:
+    changed: tuple[str, ...]  # instance ids whose shutdown behaviour was set
+    not_ours: tuple[NotOurs, ...]  # carry the cluster tag, left alone
 
 
 @dataclass(frozen=True)
@@ -129,16 +159,76 @@ def _instance(raw: dict[str, Any]) -> Instance | None:
                     spot=raw.get("InstanceLifecycle") == "spot")
 
 
-def instances(ec2: Any, cluster: str | None = None) -> list[Instance]:
-    """Every live tfcluster instance in the client's region (of one cluster when named), in slot order."""
+def _described(ec2: Any, cluster: str | None) -> Iterator[dict[str, Any]]:
+    """Every live instance that carries the cluster tag (the given cluster's when named), as EC2 describes it."""
     key = TAG_KEYS["cluster"]
     tag_filter = {"Name": f"tag:{key}", "Values": [cluster]} if cluster else {"Name": "tag-key", "Values": [key]}
     filters = [tag_filter, {"Name": "instance-state-name", "Values": list(LIVE_STATES)}]
-    found: list[Instance] = []
     for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
         for reservation in page.get("Reservations", []):
-            found += [i for i in map(_instance, reservation.get("Instances", [])) if i is not None]
+            yield from reservation.get("Instances", [])
+
+
+def instances(ec2: Any, cluster: str | None = None) -> list[Instance]:
+    """Every live tfcluster instance in the client's region (of one cluster when named), in slot order."""
+    found = [i for i in map(_instance, _described(ec2, cluster)) if i is not None]
     return sorted(found, key=lambda i: (i.cluster, i.slot_key))
+
+
+def state_slots(hosts: Any) -> dict[str, str]:
+    """{instance id: "task_type:index"} from the `hosts` output of the applied Terraform state (the module's:
+    name, task_type, task_index, instance_id, ...); {} before an apply. Entries that are not a slot are dropped."""
+    found: dict[str, str] = {}
+    for host in hosts if isinstance(hosts, list) else []:
+        if not isinstance(host, Mapping):
+            continue
+        instance_id, task_type, index = host.get("instance_id"), host.get("task_type"), host.get("task_index")
+        if isinstance(instance_id, str) and instance_id and task_type in TASK_TYPES and \
+                isinstance(index, int) and not isinstance(index, bool) and index >= 0:
+            found[instance_id] = f"{task_type}:{index}"
+    return found
+
+
+def _slot_tag(tags: Mapping[str, str]) -> str | None:
+    """The slot an instance's contract tags name ("worker:1"), or None when they name none."""
+    task_type, index = tags.get(TAG_KEYS["task_type"]), tags.get(TAG_KEYS["task_index"])
+    if task_type not in TASK_TYPES or index is None or not is_digits(index) or str(int(index)) != index:
+        return None
+    return f"{task_type}:{index}"
+
+
+def why_not_ours(raw: Mapping[str, Any], cluster: str, state: StateSlots) -> str | None:
+    """None when the instance is the cluster's: the state holds its id, and its tags name the cluster and the slot
+    the state gives it; else why not."""
+    tags = _tags(raw.get("Tags"))
+    held = state.get(str(raw.get("InstanceId")))
+    if held is None:
+        return f"not in the Terraform state of {cluster}"
+    if tags.get(TAG_KEYS["cluster"]) != cluster or not is_ours(tags):
+        return f"its tfcluster tags do not name cluster {cluster} and a task type (the state holds it as {held})"
+    slot = _slot_tag(tags)
+    if slot is None:
+        return f"its task_type/task_index tags are not a slot (the state holds it as {held})"
+    if slot != held:
+        return f"tagged {slot}, but the Terraform state holds it as {held}"
+    return None
+
+
+def members(ec2: Any, cluster: str, state: StateSlots) -> Members:
+    """The cluster's live instances that are ours (by the applied state and the contract tags), and every other
+    live instance carrying its tfcluster:cluster tag."""
+    ours: list[Instance] = []
+    not_ours: list[NotOurs] = []
+    for raw in _described(ec2, cluster):
+        reason = why_not_ours(raw, cluster, state)
+        instance = _instance(raw) if reason is None else None
+        if instance is not None:
+            ours.append(instance)
+        else:
+            not_ours.append(NotOurs(str(raw.get("InstanceId")), raw.get("State", {}).get("Name", "?"),
+                                    reason or "its tags are not a tfcluster slot"))
+    return Members(tuple(sorted(ours, key=lambda i: i.slot_key)),
+                   tuple(sorted(not_ours, key=lambda n: n.instance_id)))
 
 
 def _group(found: Iterable[Instance], now: datetime) -> list[Cluster]:
@@ -163,29 +253,32 @@ def cluster_info(ec2: Any, cluster: str, now: datetime | None = None) -> Cluster
     return found[0] if found else None
 
 
-def remaining_instances(ec2: Any, cluster: str) -> list[Instance]:
-    """The cluster's instances that still exist (any state but terminated): `make destroy` expects none."""
-    return instances(ec2, cluster)
+def remaining_instances(ec2: Any, cluster: str, state: StateSlots) -> Members:
+    """After `make destroy`: the instances of the state (read before the destroy) that still exist (any state but
+    terminated), which must be none, and what else carries the cluster tag (not ours: Terraform never touched it)."""
+    return members(ec2, cluster, state)
 
 
 # ---- changing EC2 --------------------------------------------------------------------------------------------------
-def set_shutdown_behavior(ec2: Any, cluster: str, behavior: str) -> list[str]:
-    """What a host's own power-off does (stop | terminate) on every on-demand instance of the cluster; spot
-    instances can only terminate and are left alone. Returns the changed instance ids.
+def set_shutdown_behavior(ec2: Any, cluster: str, behavior: str, state: StateSlots) -> ShutdownChange:
+    """What a host's own power-off does (stop | terminate) on every on-demand instance of the cluster that the
+    applied state holds (``members``); spot instances can only terminate and are left alone, and so is anything
+    else carrying the cluster tag (returned as not ours, never modified).
 
     Terraform manages the same attribute (``autostop_down``): provision with the same choice next time, or the
     next apply sets it back."""
     if behavior not in SHUTDOWN_BEHAVIORS:
         raise ValueError(f"shutdown behaviour {behavior!r}: use one of {', '.join(SHUTDOWN_BEHAVIORS)}")
+    found = members(ec2, cluster, state)
     changed = []
-    for instance in instances(ec2, cluster):
+    for instance in found.ours:
         if instance.spot or instance.state in ("shutting-down",):
             continue
         # The Attribute/Value form (valid for this attribute in the EC2 API; the one moto implements too).
         ec2.modify_instance_attribute(InstanceId=instance.instance_id, Attribute="instanceInitiatedShutdownBehavior",
                                       Value=behavior)
         changed.append(instance.instance_id)
-    return changed
+    return ShutdownChange(tuple(changed), found.not_ours)
 
 
 # ---- text ----------------------------------------------------------------------------------------------------------
@@ -235,15 +328,33 @@ def running_summary(ec2: Any, cluster: str, now: datetime | None = None, teardow
     return summary_text(cluster, cluster_info(ec2, cluster, now), _region(ec2), teardown)
 
 
-def render_remaining(cluster: str, remaining: Sequence[Instance], region: str | None = None) -> str:
-    """`make destroy`: the check through the EC2 API, in one line (or one line per instance left)."""
+def render_not_ours(cluster: str, not_ours: Sequence[NotOurs]) -> list[str]:
+    """The instances that carry the cluster tag but are not the state's: named, never touched; [] when none."""
+    if not not_ours:
+        return []
+    return [f"{len(not_ours)} instance(s) tagged {TAG_KEYS['cluster']}={cluster} are not ours, left alone "
+            "(not modified):",
+            *(f"  {n.instance_id}  {n.state}  {n.reason}" for n in not_ours),
+            f"Fix: nothing to do if they belong to someone else; if one is a host of {cluster} that Terraform lost "
+            f"track of, terminate it yourself (aws ec2 terminate-instances --instance-ids ID), or remove its "
+            f"{TAG_KEYS['cluster']} tag so it stops being listed here."]
+
+
+def render_remaining(cluster: str, remaining: Members, region: str | None = None) -> str:
+    """`make destroy`: the check through the EC2 API, in one line (or one line per instance left), then what
+    carries the cluster tag without being the state's."""
     where = f" in {region}" if region else ""
-    if not remaining:
-        return f"0 instances tagged {TAG_KEYS['cluster']}={cluster} remain{where} (checked through the EC2 API)."
-    left = "\n".join(f"  {i.instance_id}  {i.instance_type}  {i.state}  {i.slot}" for i in remaining)
-    return (f"{len(remaining)} instance(s) tagged {TAG_KEYS['cluster']}={cluster} remain{where}:\n{left}\n"
-            f"Fix: run the destroy again; if Terraform no longer knows them, terminate them: aws ec2 "
-            f"terminate-instances --instance-ids {' '.join(i.instance_id for i in remaining)}")
+    others = render_not_ours(cluster, remaining.not_ours)
+    if not remaining.ours:
+        head = (f"0 instances of the Terraform state of {cluster} remain{where} (checked through the EC2 API)."
+                if others else
+                f"0 instances tagged {TAG_KEYS['cluster']}={cluster} remain{where} (checked through the EC2 API).")
+        return "\n".join([head, *others])
+    left = "\n".join(f"  {i.instance_id}  {i.instance_type}  {i.state}  {i.slot}" for i in remaining.ours)
+    ids = " ".join(i.instance_id for i in remaining.ours)
+    return "\n".join([f"{len(remaining.ours)} instance(s) of the Terraform state of {cluster} remain{where}:\n{left}\n"
+                      f"Fix: run the destroy again; if Terraform no longer knows them, terminate them: aws ec2 "
+                      f"terminate-instances --instance-ids {ids}", *others])
 
 
 def _region(ec2: Any) -> str | None:

@@ -6,9 +6,13 @@
 
 The chief's side is the ``tfcluster.cluster.manifest_info`` module, run as the job's user: it reads the manifest
 without following a symlink and returns every listed file with its size (regular files only). The pull request
-(JSON, written by the collector role) carries that list, the host's resolved Ansible connection settings and the
-limits. ``tar`` runs on the chief as the job's user too (``sudo -n -u USER``, :class:`tfcluster.reach.Reach`), with
-the explicit file list, no recursion and no dereference.
+(JSON, written by the collector role) carries that answer, the configured optional names (``optional_names``,
+``collector_optional_files``), the host's resolved Ansible connection settings and the limits. The answer is data:
+which files are taken is decided here -- the manifest's names (every one checked by the name rule,
+:func:`tfcluster.files.rel_problem`), the manifest, DONE and the configured optional names; the answer only gives
+their sizes, and a name in it that was not asked for fails the collect, naming the host and the name (escaped).
+``tar`` runs on the chief as the job's user too (``sudo -n -u USER``, :class:`tfcluster.reach.Reach`), with the
+explicit file list, no recursion and no dereference.
 
 Every byte counts against one cap: the manifest's total + slack, ``max_bytes`` when set, and the free space of the
 destination's filesystem; a member whose size differs from the one the chief reported, a sparse member, a link or
@@ -28,14 +32,22 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from tfcluster import events
-from tfcluster.contract import DONE, MANIFEST
-from tfcluster.files import ManifestError, fsync_dir, fsync_tree, parse_manifest, verify_dir
+from tfcluster.contract import DONE, MANIFEST, is_digits
+from tfcluster.files import (
+    ManifestError,
+    fsync_dir,
+    fsync_tree,
+    parse_manifest,
+    quote_name,
+    rel_problem,
+    verify_dir,
+)
 from tfcluster.reach import Reach, ReachError
 from tfcluster.transfer import (
     Budget,
@@ -142,19 +154,65 @@ def install(staging: Path, root: Path, version: str) -> None:
     swap_current(root, version)
 
 
+def optional_names(request: Mapping[str, Any]) -> list[str]:
+    """The configured optional names (``collector_optional_files``, the request's ``optional_names``), each checked
+    against the name rule."""
+    names = request.get("optional_names") or ()
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise CollectError("collector_optional_files must be a list of names. Fix: list names relative to the "
+                           "model dir, e.g. [status.json]")
+    for name in names:
+        problem = rel_problem(name)
+        if problem is not None:
+            raise CollectError(f"collector_optional_files holds {quote_name(name)}, not a plain path inside the "
+                               f"model dir ({problem}). Fix: list names relative to the model dir, e.g. status.json")
+    return list(names)
+
+
+def _size(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and is_digits(value):
+        return int(value)
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def answered_sizes(answer: Any, asked: Collection[str], host: str, field: str) -> dict[str, int]:
+    """{name: size} of the host's answer ``field`` (``[{path, size}]``): only names the control side asked for,
+    each once, each with a whole size >= 0; anything else fails naming the host and the name (escaped)."""
+    sizes: dict[str, int] = {}
+    for item in answer or ():
+        name = item.get("path") if isinstance(item, Mapping) else None
+        size = _size(item.get("size")) if isinstance(item, Mapping) else None
+        if not isinstance(name, str) or name not in asked:
+            raise CollectError(f"{host} answered {quote_name(name)} in its {field}, which was not asked for (the "
+                               f"control side asks for the manifest's names, {MANIFEST}, {DONE} and "
+                               "collector_optional_files only): refusing it")
+        if name in sizes or size is None:
+            raise CollectError(f"{host} answered {quote_name(name)} in its {field} twice or without a size: "
+                               "refusing it")
+        sizes[name] = size
+    return sizes
+
+
 def wanted_files(request: Mapping[str, Any]) -> tuple[dict[str, Wanted], int]:
-    """The files to bring (manifest entries, MANIFEST, DONE, optional ones) and their declared total size."""
+    """The files to bring and their declared total size. Which files comes from the control side only: the
+    manifest's names (its text is host data, so :func:`tfcluster.files.parse_manifest` checks every name), MANIFEST,
+    DONE and the configured optional names; the host's answer (``files``, ``optional``) only supplies their sizes."""
+    host = str(request.get("name") or "the chief")
     entries = {rel: sha for sha, rel in parse_manifest(str(request["manifest"]))}
-    sizes = {str(f["path"]): int(f["size"]) for f in request.get("files") or ()}
+    required = [*entries, MANIFEST, DONE]
+    optional = optional_names(request)
+    sizes = answered_sizes(request.get("files"), set(required), host, "files")
+    extra = answered_sizes(request.get("optional"), set(optional), host, "optional files")
     wanted: dict[str, Wanted] = {}
-    for name in [*entries, MANIFEST, DONE]:
+    for name in required:
         if name not in sizes:
-            raise CollectError(f"{name} is listed but the chief reported no size for it (not a regular file?)")
+            raise CollectError(f"{name} is listed but {host} reported no size for it (not a regular file?)")
         wanted[name] = Wanted(entries.get(name), sizes[name])
-    for item in request.get("optional") or ():
-        name = str(item["path"])
-        if name not in wanted:
-            wanted[name] = Wanted(None, int(item["size"]), required=False)
+    for name in optional:
+        if name not in wanted and name in extra:
+            wanted[name] = Wanted(None, extra[name], required=False)
     return wanted, sum(w.size for w in wanted.values())
 
 
@@ -178,7 +236,10 @@ def pull(request: Mapping[str, Any]) -> dict[str, Any]:
     manifest = str(request["manifest"])
     root = Path(str(request["dest"])).absolute()
     host = str(request.get("name") or "the chief")
-    wanted, declared = wanted_files(request)
+    try:
+        wanted, declared = wanted_files(request)
+    except (CollectError, ManifestError) as error:
+        raise _failed(request, host, root, error) from None
     entries = sum(1 for w in wanted.values() if w.sha256 is not None)
     version = manifest_digest(manifest)
     started = time.monotonic()
@@ -195,10 +256,14 @@ def pull(request: Mapping[str, Any]) -> dict[str, Any]:
                 raise CollectError(f"{MANIFEST} on {host} changed while it was being collected: run again")
             install(staging, root, version)
     except (CollectError, ManifestError, ReachError, OSError) as error:
-        raise CollectError(f"collecting {request.get('model_dir')} from {host} failed: {error}. Nothing was "
-                           f"written to {root} (the previous copy, if any, is kept)") from None
+        raise _failed(request, host, root, error) from None
     return result_of(root, version, files=files, size=size, changed=True, entries=entries,
                      seconds=time.monotonic() - started, host=host)
+
+
+def _failed(request: Mapping[str, Any], host: str, root: Path, error: Exception) -> CollectError:
+    return CollectError(f"collecting {request.get('model_dir')} from {host} failed: {error}. Nothing was written to "
+                        f"{root} (the previous copy, if any, is kept)")
 
 
 def _transfer(request: Mapping[str, Any], staging: Path, wanted: Mapping[str, Wanted], budget: Budget,

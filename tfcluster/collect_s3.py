@@ -2,9 +2,12 @@
 
 The trainer uploads the chief's model dir to ``s3://BUCKET/PREFIX/model/`` (``checkpoint_s3``; DONE is written
 last, after every file and the manifest). The request (JSON) names ``uri`` (``s3://BUCKET/PREFIX``), ``dest``,
-``max_bytes``, ``slack``, ``optional`` (names taken when present) and ``endpoint_url`` (an S3-compatible endpoint;
-empty: AWS). The same limits, checks and versions as :mod:`tfcluster.collect`: every byte against a cap, every
-sha256 of the manifest, fsync, then the ``current`` link swapped.
+``max_bytes``, ``slack``, ``optional_names`` (``collector_optional_files``: names taken when present) and
+``endpoint_url`` (an S3-compatible endpoint; empty: AWS). The same limits, checks and versions as
+:mod:`tfcluster.collect`: every byte against a cap, every sha256 of the manifest, fsync, then the ``current`` link
+swapped. Only the keys of the manifest's names (each checked by the name rule; the manifest is bucket data), the
+manifest, DONE and the configured optional names are fetched; any other key under the prefix is never mapped to a
+file, and every file is written through :func:`tfcluster.transfer.open_inside`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from tfcluster.collect import (
     byte_cap,
     install,
     manifest_digest,
+    optional_names,
     result_of,
     staging_dir,
     swap_current,
@@ -65,12 +69,17 @@ def pull_s3(request: Mapping[str, Any], client: Any = None) -> dict[str, Any]:
                            "collected from S3. Fix: wait for the job, or collect from the chief")
     if sizes[MANIFEST] > MAX_MANIFEST_BYTES:
         raise CollectError(f"{where}{MANIFEST} is {sizes[MANIFEST]:,} bytes: refusing it")
-    manifest = client.get_object(Bucket=bucket, Key=prefix + MANIFEST)["Body"].read().decode("utf-8")
-    entries = {rel: sha for sha, rel in parse_manifest(manifest)}
+    raw = client.get_object(Bucket=bucket, Key=prefix + MANIFEST)["Body"].read(MAX_MANIFEST_BYTES + 1)
+    try:
+        manifest = raw.decode("utf-8")
+        entries = {rel: sha for sha, rel in parse_manifest(manifest)}
+        optional = optional_names(request)
+    except (ManifestError, CollectError, UnicodeDecodeError) as error:
+        raise CollectError(f"collecting {where} failed: {error}. Nothing was written") from None
     missing = [rel for rel in entries if rel not in sizes]
     if missing:
         raise CollectError(f"{where} lacks {', '.join(missing[:5])} listed in {MANIFEST}")
-    names = [*entries, MANIFEST, DONE] + [n for n in request.get("optional") or () if n in sizes and n not in entries]
+    names = [*entries, MANIFEST, DONE] + [n for n in optional if n in sizes and n not in entries]
     root = Path(str(request["dest"])).absolute()
     version = manifest_digest(manifest)
     started = time.monotonic()
@@ -86,7 +95,7 @@ def pull_s3(request: Mapping[str, Any], client: Any = None) -> dict[str, Any]:
             for name in names:
                 budget.take(sizes[name])
                 body = client.get_object(Bucket=bucket, Key=prefix + name)["Body"]
-                digests[name] = write_hashed(body, staging / name, sizes[name])
+                digests[name] = write_hashed(body, staging, name, sizes[name])
             check_received({**entries, MANIFEST: None, DONE: None}, digests)
             if (staging / MANIFEST).read_text(encoding="utf-8") != manifest:
                 raise CollectError(f"{MANIFEST} changed while it was being collected: run again")

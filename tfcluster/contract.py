@@ -80,7 +80,10 @@ EXIT_CODES: dict[str, int] = {"ok": EXIT_OK, "failure": EXIT_FAILURE, "bad_input
 INACTIVE, RUNNING, RESTARTING, SUCCEEDED = "inactive", "running", "restarting", "succeeded"
 PREEMPTED, FAILED, STOPPED, LOST, TIMEOUT = "preempted", "failed", "stopped", "lost", "timeout"
 JOB_STATES: tuple[str, ...] = (INACTIVE, RUNNING, RESTARTING, SUCCEEDED, PREEMPTED, FAILED, STOPPED, LOST, TIMEOUT)
-UNIT_PREFIX = "tfcluster-"
+UNIT_PREFIX = "tfcluster-"  # job units only: other tfcluster units are named tfcluster.<what>.service
+# Beside a job's spec on its chief, after a verified collect (the collector role): autostop holds a terminating host
+# while a finished job has no such mark.
+COLLECTED_SUFFIX = ".collected"
 # The environment every job gets (the built-in trainer and a user's script alike).
 ENV_TF_CONFIG = "TF_CONFIG"
 ENV_JOB = "TFCLUSTER_JOB"
@@ -103,26 +106,58 @@ def unit_name(job: str) -> str:
     return f"{UNIT_PREFIX}{job}.service"
 
 
+# --- numbers in text that comes from outside (settings, tags, host files, a host's own files) ----------------------
+def is_digits(text: object) -> bool:
+    """``text`` is a whole number written in ASCII digits 0-9 (``str.isdigit()`` also takes '²', which ``int()``
+    refuses, and '٣', which it reads as 3)."""
+    return isinstance(text, str) and re.fullmatch(r"[0-9]+", text) is not None
+
+
 # --- names that enter from users, host files, tags or Terraform -----------------------------------------------------
+# Job ids tfcluster refuses because it uses these names itself, next to a job's own files: on a host a job has
+# /etc/tfcluster/<job>.env and <job>.json, /var/lib/tfcluster/<job>/ (its model dir), /var/log/tfcluster/<job>.log,
+# /run/tfcluster/<job>/ and the unit tfcluster-<job>.service; on the control machine artifacts/<cluster>/<job>/.
+# Each entry is the stem (the name before its first '.') of a fixed name in those places, compared
+# case-insensitively (artifacts/ may sit on a case-insensitive filesystem): autostop (/etc/tfcluster/autostop.json,
+# /var/lib/tfcluster/autostop/ and /opt/tfcluster/autostop/: the autostop role), datasets
+# (/var/lib/tfcluster/datasets/: the dataset and host_ready roles), firewall (/etc/tfcluster/firewall.nft,
+# tfcluster.firewall.service), preflight (/run/tfcluster/preflight/: the tf_job role's remembered checks), logs
+# (artifacts/<cluster>/logs/: provision and destroy logs), pkgs (/var/lib/tfcluster/pkgs/: the trainer role's
+# script packages), prepared (/opt/tfcluster/prepared.sha256), requirements
+# (/opt/tfcluster/requirements.lock), trainer, venv, wheelhouse (/opt/tfcluster/...), and jobs (kept free for a
+# listing of jobs). tests/unit/test_contract.py scans the roles, templates and host code and fails on a fixed name
+# under those directories (or a unit under UNIT_PREFIX) whose stem is not listed here.
+RESERVED_JOB_IDS: tuple[str, ...] = ("autostop", "datasets", "firewall", "jobs", "logs", "pkgs", "preflight",
+                                     "prepared", "requirements", "trainer", "venv", "wheelhouse")
+
+
 @dataclass(frozen=True)
 class NameRule:
-    """A pattern a name must match, what it is, and how to fix one that does not."""
+    """A pattern a name must match, what it is, how to fix one that does not, and the names it may not take
+    (compared lowercased)."""
 
     what: str
     pattern: str
     fix: str
+    reserved: tuple[str, ...] = ()
 
     def problem(self, field: str, value: object) -> Problem | None:
-        if isinstance(value, str) and re.fullmatch(self.pattern, value) and ".." not in value:
-            return None
-        return Problem(field, f"{value!r} is not a valid {self.what}", self.fix)
+        if not (isinstance(value, str) and re.fullmatch(self.pattern, value) and ".." not in value):
+            return Problem(field, f"{value!r} is not a valid {self.what}", self.fix)
+        if value.lower() in self.reserved:
+            return Problem(field, f"{value!r} is a reserved {self.what}: tfcluster uses that name for its own files "
+                           "beside the jobs' (on the hosts, or in artifacts/<cluster>/)",
+                           f"choose another {self.what} (none of {', '.join(self.reserved)}, in any case), e.g. "
+                           f"{value}-1")
+        return None
 
 
 # None of them can hold '/', '..', whitespace, quotes, ';', '$', '{' or '%': safe in a path, a shell word, Jinja and
-# a systemd unit.
+# a systemd unit. A job id is none of RESERVED_JOB_IDS either.
 NAME_RULES: dict[str, NameRule] = {
     "job": NameRule("job id", r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}",
-                    "use 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit, e.g. JOB=mnist-2"),
+                    "use 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit, e.g. JOB=mnist-2",
+                    RESERVED_JOB_IDS),
     "host": NameRule("host name", r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,62}[A-Za-z0-9])?",
                      "use 1-64 letters, digits, '_', '.' or '-', starting and ending with a letter or digit"),
     "cluster": NameRule("cluster name", r"[a-z][a-z0-9-]{1,30}[a-z0-9]",
@@ -205,7 +240,7 @@ def _address_problems(task_type: str, index: int, address: object) -> list[Probl
     if not sep or not host:
         return [Problem(field, f"address {address!r} has no port",
                         f"write it as 'host:port', e.g. '10.0.0.5:{TF_PORT}'")]
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not is_digits(port) or not 1 <= int(port) <= 65535:
         return [Problem(field, f"port {port!r} of {address!r} is not in 1..65535", "use a port between 1 and 65535")]
     return []
 
@@ -386,9 +421,9 @@ def contract_vars() -> dict[str, Any]:
     """The names YAML and Jinja use (the ``tfcluster.cluster.contract`` lookup): a plain JSON-able dict."""
     names = ("CHIEF", "WORKER", "PS", "EVALUATOR", "TASK_TYPES", "SLOT_ORDER", "INVENTORY_GROUP", "TAG_KEYS",
              "TF_PORT", "LOCAL_BASE_PORT", "DONE", "MANIFEST", "STATUS", "METRICS", "CONFIG", "EXPORT",
-             "CHECKPOINTS", "BACKUP", "LOGS", "EXIT_CODES", "JOB_STATES", "UNIT_PREFIX", "ENV_TF_CONFIG", "ENV_JOB",
-             "ENV_MODEL_DIR", "ENV_TASK_TYPE", "ENV_TASK_INDEX", "ENV_DATASETS", "ENV_GPUS", "ENV_COLLECTIVE",
-             "ENV_CHECKPOINT_S3", "ENV_S3_ENDPOINT_URL", "STATUS_FIELDS")
+             "CHECKPOINTS", "BACKUP", "LOGS", "EXIT_CODES", "JOB_STATES", "UNIT_PREFIX", "COLLECTED_SUFFIX",
+             "ENV_TF_CONFIG", "ENV_JOB", "ENV_MODEL_DIR", "ENV_TASK_TYPE", "ENV_TASK_INDEX", "ENV_DATASETS", "ENV_GPUS",
+             "ENV_COLLECTIVE", "ENV_CHECKPOINT_S3", "ENV_S3_ENDPOINT_URL", "STATUS_FIELDS", "RESERVED_JOB_IDS")
     out: dict[str, Any] = {name: globals()[name] for name in names}
     out["NAME_PATTERNS"] = {kind: rule.pattern for kind, rule in NAME_RULES.items()}
     return json.loads(json.dumps(out))  # tuples become lists, as YAML sees them

@@ -7,8 +7,9 @@
 
 Accepted forms: one or more ``<whole number><unit>`` parts with the units s, m, h, d, largest first, each at most
 once (``90s``, ``30m``, ``4h``, ``2d``, ``1h30m``, ``1d12h``); ``off`` (also ``none``/``never``) for "no limit";
-a bare whole number only where the knob names its unit (IDLE: minutes). Everything else is refused with a message
-that names the variable, the value, and the accepted forms, before anything changes. Standard library only.
+a bare whole number only where the knob names its unit (IDLE: minutes); numbers are digits 0-9. Everything else is
+refused with a message that names the variable, the value, and the accepted forms, before anything changes.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ UTC = timezone.utc  # datetime.UTC is Python >= 3.11; the control machine may ru
 
 UNITS: dict[str, int] = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 OFF_WORDS: frozenset[str] = frozenset({"off", "none", "never"})
-_PART = re.compile(r"(\d+)([dhms])")
-_WHOLE = re.compile(r"(?:\d+[dhms])+")
+# ASCII digits only: r"\d" and str.isdigit() also take other scripts' digits ('٣') and superscripts ('²').
+_NUMBER = re.compile(r"[0-9]+")
+_PART = re.compile(r"([0-9]+)([dhms])")
+_WHOLE = re.compile(r"(?:[0-9]+[dhms])+")
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class DurationError(SettingError):
 
 def _seconds(text: str, kind: DurationKind) -> int | None:
     """Seconds of ``text`` (already stripped and lowercased), or None when it is not a duration at all."""
-    if text.isdigit() and kind.bare_unit:
+    if _NUMBER.fullmatch(text) and kind.bare_unit:
         return int(text) * UNITS[kind.bare_unit]
     if not _WHOLE.fullmatch(text):
         return None
@@ -94,7 +97,7 @@ def parse_duration(value: object, kind: DurationKind | str) -> int | None:
     seconds = _seconds(text, kind) if text else None
     if seconds is None:
         hint = ""
-        if text and text.isdigit():
+        if text and _NUMBER.fullmatch(text):
             hint = (" (0 is ambiguous: write off for no limit)" if int(text) == 0 else
                     f" (a bare number has no unit for {kind.name}: write e.g. {text}h or {text}m)")
         raise DurationError(Problem(kind.name, f"{value!r} is not a duration{hint}",

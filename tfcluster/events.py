@@ -24,7 +24,8 @@ from collections.abc import Iterator
 from typing import Any
 
 ENV = "TFCLUSTER_EVENTS"
-KINDS = ("stage_start", "stage_end", "task_failed", "progress", "decision", "collected")
+KINDS = ("stage_start", "stage_end", "task_failed", "progress", "decision", "collected", "notice")
+NOTICE_TAG = "tfcluster_notice"  # a debug task with this tag: its msg reaches the terminal as a notice
 
 
 def emit(kind: str, path: str | None = None, **fields: Any) -> bool:

@@ -5,6 +5,8 @@ A TensorFlow failure often ends its log with a dump of tensors, or Keras's "Dete
 exception line: the tail of the log then shows numbers, not the error. This finds the last traceback in the log,
 its exception line (the first line of the message only) and its last frame outside the Python installation
 (site-packages, dist-packages, the standard library): the user's script, or the built-in trainer.
+
+The log is the host's: each field returned is escaped (tfcluster.text.printable) and cut to its limit.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from tfcluster.text import printable
+
 TRACEBACK = "Traceback (most recent call last):"
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+)$')
 # After a traceback's frames: any "Name: message" line. Elsewhere only names that look like exceptions.
@@ -20,7 +24,9 @@ RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$")
 EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Iteration))"
                        r"(?::\s?(?P<message>.*))?$")
 LIBRARY = re.compile(r"(site-packages|dist-packages)/|/lib/python3[.\d]*/|^<frozen ")
-MESSAGE_LIMIT = 300
+MESSAGE_LIMIT = 300  # characters of the exception's message returned
+TYPE_LIMIT = 120  # of its type's dotted name
+FRAME_LIMIT = 400  # of FILE:LINE in FUNCTION: CODE
 
 
 def _frames(lines: Sequence[str], start: int) -> tuple[list[dict[str, Any]], int]:
@@ -46,7 +52,7 @@ def _exception_line(lines: Sequence[str], start: int) -> tuple[str, str] | None:
     for text in lines[start:start + 5]:
         match = RAISED.match(text.strip())
         if match:
-            return match["type"], (match["message"] or "").strip()[:MESSAGE_LIMIT]
+            return match["type"], (match["message"] or "").strip()
     return None
 
 
@@ -66,9 +72,14 @@ def summarize(lines: Sequence[str]) -> dict[str, Any] | None:
         frames, after = _frames(lines, starts[-1])
         found = _exception_line(lines, after)
         if found:
-            return {"type": found[0], "message": found[1], "frame": _user_frame(frames)}
+            return _shown(found[0], found[1], _user_frame(frames))
     for text in reversed(lines):  # no traceback in the window: a bare "SomeError: message" line still says a lot
         match = EXCEPTION.match(text.strip())
         if match and match["message"] is not None:
-            return {"type": match["type"], "message": match["message"].strip()[:MESSAGE_LIMIT], "frame": None}
+            return _shown(match["type"], match["message"].strip(), None)
     return None
+
+
+def _shown(kind: str, message: str, frame: str | None) -> dict[str, Any]:
+    return {"type": printable(kind, TYPE_LIMIT), "message": printable(message, MESSAGE_LIMIT),
+            "frame": None if frame is None else printable(frame, FRAME_LIMIT)}

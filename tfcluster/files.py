@@ -4,6 +4,8 @@ Standard library only. The one copy of these helpers for the trainer, the host c
 this file as module_utils), the release tool and the collector.
 
 The manifest is ``sha256sum`` format, ``HASH  RELPATH`` per line, so ``sha256sum -c MANIFEST.sha256`` verifies it.
+Every name of a model dir that crosses a machine (a manifest line, an optional name, a tar member, an S3 key) passes
+one rule, :func:`rel_problem`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import hashlib
 import json
 import os
 import tempfile
+import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -150,32 +153,81 @@ def manifest_text(root: str | os.PathLike[str], rels: Iterable[str]) -> str:
 
 
 def write_manifest(root: str | os.PathLike[str], entries: Iterable[str] | None = None) -> int:
-    """Write ``root/MANIFEST.sha256`` (see :func:`manifest_entries`); returns how many files it lists."""
+    """Write ``root/MANIFEST.sha256`` (see :func:`manifest_entries`); returns how many files it lists. A file whose
+    name the collector would refuse (a control character, a backslash: :func:`rel_problem`) fails here, named, rather
+    than in a manifest nobody can collect."""
     rels = manifest_entries(root, entries)
+    refused = [f"{quote_name(rel)} holds {why}" for rel in rels if (why := rel_problem(rel))]
+    if refused:
+        raise ManifestError(f"{os.fspath(root)}: cannot list {'; '.join(refused[:5])}. Fix: rename the file(s) (no "
+                            "control characters or backslashes in names under the model dir)")
     atomic_write_text(os.path.join(root, MANIFEST), manifest_text(root, rels))
     return len(rels)
 
 
-def _safe_rel(rel: str) -> bool:
+MAX_REL_BYTES = 4096  # PATH_MAX
+MAX_PART_BYTES = 255  # NAME_MAX
+# Never in a name: C0/C1 controls and DEL (Cc), format characters such as bidi overrides (Cf), surrogates (Cs, an
+# undecodable byte), line and paragraph separators (Zl, Zp): each could break a line or reach a terminal raw.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def quote_name(name: object) -> str:
+    """A name as it may be printed: repr (every control character escaped), at most 200 characters of it."""
+    return repr(name[:200]) if isinstance(name, str) else repr(name)
+
+
+def _control_char(text: str) -> str | None:
+    return next((c for c in text if unicodedata.category(c) in _UNSAFE_CATEGORIES), None)
+
+
+def rel_problem(rel: object) -> str | None:
+    """Why ``rel`` cannot name a file inside a model dir (None: it can). The one rule for every member name the
+    collector and the host read or write: relative, normalised (no empty, ``.`` or ``..`` component), no backslash,
+    no control character, at most PATH_MAX bytes (NAME_MAX a component). The reasons hold no ': '."""
+    if not isinstance(rel, str) or not rel:
+        return "an empty name"
+    if rel.startswith("/"):
+        return "an absolute path"
+    bad = _control_char(rel)
+    if bad is not None:
+        return f"a control character, {bad!r}"
+    if "\\" in rel:
+        return "a backslash"
     parts = rel.split("/")
-    return bool(rel) and not rel.startswith("/") and ".." not in parts and "" not in parts and "\\" not in rel \
-        and rel not in (MANIFEST, DONE)
+    if ".." in parts:
+        return "a '..' component"
+    if "." in parts:
+        return "a '.' component"
+    if "" in parts:
+        return "an empty component (a doubled or trailing '/')"
+    encoded = rel.encode("utf-8", "surrogatepass")
+    if len(encoded) > MAX_REL_BYTES or any(len(p.encode("utf-8", "surrogatepass")) > MAX_PART_BYTES for p in parts):
+        return f"too long a name (over {MAX_REL_BYTES} bytes, or {MAX_PART_BYTES} a component)"
+    return None
 
 
 def parse_manifest(text: str) -> list[tuple[str, str]]:
-    """[(sha256, relpath)] of sha256sum lines; rejects malformed lines, absolute paths, '..' and the manifest or
-    marker themselves. An empty manifest is an empty list (a job may have written nothing)."""
+    """[(sha256, relpath)] of sha256sum lines (split at LF only; a CR before it is dropped); rejects malformed
+    lines, any control character in a line, and every path :func:`rel_problem` refuses or that names the manifest
+    or marker themselves. An empty manifest is an empty list (a job may have written nothing)."""
     entries = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw[:-1] if raw.endswith("\r") else raw
+        if not line.strip(" "):
             continue
-        parts = raw.split(None, 1)
+        bad = _control_char(line)
+        if bad is not None:
+            raise ManifestError(f"{MANIFEST} line {number} holds a control character ({bad!r}), refused: "
+                                f"{quote_name(line)}")
+        parts = line.split(None, 1)
         if len(parts) != 2 or len(parts[0]) != 64 or any(c not in "0123456789abcdefABCDEF" for c in parts[0]):
-            raise ManifestError(f"{MANIFEST} line {number} is not '<sha256>  <path>': {raw[:200]!r}")
+            raise ManifestError(f"{MANIFEST} line {number} is not '<sha256>  <path>': {quote_name(line)}")
         rel = parts[1].strip()
         rel = rel[1:] if rel.startswith("*") else rel
-        if not _safe_rel(rel):
-            raise ManifestError(f"{MANIFEST} line {number} names an unsafe path: {rel[:200]!r}")
+        problem = rel_problem(rel) or (f"the {rel} itself" if rel in (MANIFEST, DONE) else None)
+        if problem is not None:
+            raise ManifestError(f"{MANIFEST} line {number} names an unsafe path ({problem}): {quote_name(rel)}")
         entries.append((parts[0].lower(), rel))
     return entries
 

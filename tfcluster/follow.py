@@ -4,11 +4,15 @@ logs.yml writes where each task is read from (``{"chief_host": host, "targets": 
 being what the wait loop polls: slot, spec, python, pythonpath, reach). :func:`follow` runs
 ``python3 -m tfcluster.host.jobstatus logs SPEC --follow`` on the host over the host's own SSH settings (or in this
 process for a local slot); it ends when the task no longer runs, or on Ctrl-C.
+
+What a host sends is data: the log is read here (ssh's stdout and stderr through one pipe, in chunks, lines broken
+at FOLLOW_LINE_LIMIT) and printed line by line with every control character escaped (tfcluster.text); each cell
+of the table is escaped and cut to CELL_LIMIT.
 """
 
 from __future__ import annotations
 
-import io
+import codecs
 import json
 import subprocess
 import sys
@@ -18,9 +22,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tfcluster.reach import Reach, ReachError
-from tfcluster.view import duration, rate
+from tfcluster.text import PrintableWriter, printable
+from tfcluster.view import duration, number, rate
 
 LOG_LINES = 100  # lines shown before following
+READ_CHUNK = 64 * 1024  # bytes read from the host's log stream at a time
+FOLLOW_LINE_LIMIT = 8192  # characters of one log line printed; a longer one is broken (never held whole)
+CELL_LIMIT = 60  # characters of one cell of the status table
+AUTOSTOP_FILE_LIMIT = 1024 * 1024  # bytes of the autostop file status.yml wrote (each host's answer) read
+AUTOSTOP_LINE_LIMIT = 4096  # characters of one host's autostop status line parsed
 TABLE_COLUMNS = ("HOST", "SLOT", "STATE", "EPOCH", "STEP", "EX/S", "LAST UPDATE", "AUTOSTOP")
 
 
@@ -54,71 +64,103 @@ def logs_words(target: Mapping[str, Any], lines: int = LOG_LINES, follow: bool =
 
 
 def follow(name: str, target: Mapping[str, Any], out: TextIO | None = None) -> int:
-    """Print the task's log until it no longer runs; the exit status of the reader."""
-    out = out or sys.stdout
+    """Print the task's log until it no longer runs, every line escaped; the exit status of the reader."""
+    shown = PrintableWriter(out or sys.stdout, FOLLOW_LINE_LIMIT)
     try:
         reach = Reach.from_info(target["reach"])
-    except (ReachError, KeyError, TypeError) as exc:
-        raise FollowError(f"{name}: cannot reach it ({exc})") from None
-    if reach.local:
-        from tfcluster.host import jobstatus
-
-        return jobstatus.logs(str(target["spec"]), target.get("unit") or None, LOG_LINES, follow=True, out=out)
-    argv = reach.argv(logs_words(target))
+        argv = None if reach.local else reach.argv(logs_words(target))
+    except (ReachError, KeyError, TypeError, ValueError) as exc:
+        raise FollowError(f"{name}: cannot reach it ({exc}). Fix: check its inventory entry") from None
     try:
-        out.fileno()
-    except (AttributeError, OSError, io.UnsupportedOperation):  # not a real file (a test's buffer)
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        out.write(proc.stdout)
-        return proc.returncode
-    return subprocess.run(argv, stdout=out, check=False).returncode
+        if argv is None:
+            from tfcluster.host import jobstatus
+
+            return jobstatus.logs(str(target["spec"]), target.get("unit") or None, LOG_LINES, follow=True, out=shown)
+        return stream(name, argv, shown)
+    finally:
+        shown.close()
+
+
+def stream(name: str, argv: Sequence[str], shown: PrintableWriter) -> int:
+    """Run ``argv`` (ssh) and copy its stdout and stderr onto ``shown`` as they come, decoded (a bad byte becomes
+    U+FFFD); its exit status once it ends. On Ctrl-C (or any error) the command is ended too."""
+    try:
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+    except OSError as exc:
+        raise FollowError(f"{name}: cannot run {argv[0]} ({exc}). Fix: install the OpenSSH client") from None
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pipe = proc.stdout
+    assert pipe is not None
+    try:
+        for chunk in iter(lambda: pipe.read1(READ_CHUNK), b""):
+            shown.write(decoder.decode(chunk))
+        shown.write(decoder.decode(b"", final=True))
+        return proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        pipe.close()
 
 
 def _cell(task: Mapping[str, Any], key: str, total: str) -> str:
-    value = task.get(key)
-    return "-" if value is None else f"{value}/{task.get(total) if task.get(total) is not None else '?'}"
+    value, whole = task.get(key), task.get(total)
+    return "-" if value is None else f"{printable(value)}/{printable(whole) if whole is not None else '?'}"
 
 
 def read_autostop(path: Path) -> dict[str, str]:
-    """{host: the autostop status JSON line (or '': not installed there)} that status.yml wrote; {} when absent."""
+    """{host: the autostop status JSON line (or '': not installed there)} that status.yml wrote; {} when absent,
+    unreadable or over AUTOSTOP_FILE_LIMIT bytes (the hosts' answers: the table then shows ``-``)."""
     try:
-        data = json.loads(path.read_text())
+        with open(path, "rb") as handle:
+            raw = handle.read(AUTOSTOP_FILE_LIMIT + 1)
+        data = json.loads(raw) if len(raw) <= AUTOSTOP_FILE_LIMIT else None
     except (OSError, ValueError):
         return {}
-    return {str(host): str(line) for host, line in data.items()} if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(host): line if isinstance(line, str) else "" for host, line in data.items()}
 
 
 def autostop_cell(line: str | None) -> str:
     """``off``, ``30 min (idle 4m05s)``, or ``-`` where autostop is not installed (local slots, never prepared)."""
+    if not line or len(line) > AUTOSTOP_LINE_LIMIT:
+        return "-"
     try:
-        status = json.loads(line or "")
+        status = json.loads(line)
     except ValueError:
         return "-"
     if not isinstance(status, dict) or not status.get("installed", True):
         return "-"
     if not status.get("enabled"):
         return "off"
-    idle = status.get("idle_seconds")
-    mode = "" if status.get("mode") == "jobs" else f", {status.get('mode')}"
-    return f"{status.get('idle_minutes')} min{mode} (idle {duration(idle) if isinstance(idle, (int, float)) else '?'})"
+    idle = number(status.get("idle_seconds"))
+    mode = "" if status.get("mode") == "jobs" else f", {printable(status.get('mode'))}"
+    return f"{printable(status.get('idle_minutes'))} min{mode} (idle {duration(idle) if idle is not None else '?'})"
 
 
 def table_row(task: Mapping[str, Any], now: float, autostop: Mapping[str, str] | None = None) -> list[str]:
     """HOST, SLOT, STATE, EPOCH, STEP, EX/S, LAST UPDATE (wall clock and age), AUTOSTOP of one task."""
-    age = task.get("age_seconds")
-    if isinstance(age, (int, float)):
+    age = number(task.get("age_seconds"))
+    if age is not None and abs(age) < 1e9:
         updated = f"{time.strftime('%H:%M:%S', time.localtime(now - age))} ({duration(age)} ago)"
     else:
         updated = "-"
-    return [str(task.get("host", "?")), str(task.get("slot", "")), str(task.get("state", "?")),
-            _cell(task, "epoch", "epochs"), _cell(task, "step", "steps_per_epoch"),
-            rate(task.get("examples_per_sec")).replace(" ex/s", "") or "-", updated,
-            autostop_cell((autostop or {}).get(str(task.get("host"))))]
+    cells = [task.get("host", "?"), task.get("slot", ""), task.get("state", "?"),
+             _cell(task, "epoch", "epochs"), _cell(task, "step", "steps_per_epoch"),
+             rate(task.get("examples_per_sec")).replace(" ex/s", "") or "-", updated,
+             autostop_cell((autostop or {}).get(str(task.get("host"))))]
+    return [printable(cell, CELL_LIMIT) for cell in cells]
 
 
 def status_table(tasks: Sequence[Mapping[str, Any]], now: float | None = None,
                  autostop: Mapping[str, str] | None = None) -> list[str]:
-    """The `make status` table, columns aligned."""
+    """The `make status` table, columns aligned; every cell escaped and cut (CELL_LIMIT)."""
     now = time.time() if now is None else now
     rows = [list(TABLE_COLUMNS), *(table_row(task, now, autostop) for task in tasks)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]

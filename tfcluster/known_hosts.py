@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from inventory.known_hosts import KEY_TYPES, host_pattern, key_problem
+from inventory.known_hosts import KEY_TYPES, KnownHostsLineError, checked_pattern, key_problem, known_hosts_line
 from tfcluster.contract import name_problem
 from tfcluster.files import atomic_write_text
 
@@ -71,15 +71,36 @@ def keys_in_console(text: str) -> list[str]:
     return list(dict.fromkeys(keys))
 
 
+def _ready_port(address: str, pattern: str) -> int | None:
+    """The SSH port a ready line's pattern names for ``address`` (None: 22); raises for any other pattern."""
+    if pattern == address:
+        return None
+    prefix = f"[{address}]:"
+    if pattern.startswith(prefix) and re.fullmatch(r"[0-9]{1,5}", pattern[len(prefix):]):
+        return int(pattern[len(prefix):])
+    raise KnownHostsError(f"known_hosts entry of {address!r}: the line's host {pattern!r} is not {address!r} or "
+                          f"[{address}]:PORT. Fix: give that address's keys as `TYPE BASE64` (or `user_entries` lines)")
+
+
+def _line(address: str, port: int, item: str) -> str:
+    """One entry (`TYPE BASE64`, or a ready `PATTERN TYPE BASE64` line of this address) rebuilt by the checked line
+    builder: the pattern comes from the address, never from the text."""
+    words = item.split(None, 1) if isinstance(item, str) else []
+    try:
+        if words and words[0] not in KEY_TYPES and len(words) == 2:
+            return known_hosts_line(address, _ready_port(address, words[0]), words[1])
+        return known_hosts_line(address, port, item)
+    except KnownHostsLineError as exc:
+        raise KnownHostsError(f"known_hosts entry of {address!r}: {exc}") from exc
+
+
 def render(entries: Mapping[str, Sequence[str]], port: int = 22) -> str:
-    """known_hosts lines: one per (address, key), sorted by address; entries map address -> `TYPE BASE64` keys or
-    ready lines (a line whose first word is already a host pattern is kept as it is)."""
-    lines = []
-    for address in sorted(entries):
-        for key in entries[address]:
-            first = key.split(None, 1)[0]
-            lines.append(key if first not in KEY_TYPES else f"{host_pattern(address, port)} {key}")
-    return "".join(f"{line}\n" for line in lines)
+    """known_hosts lines: one per (address, key), sorted by address; entries map address -> `TYPE BASE64` keys (at
+    `port`) or ready lines of that address at any port (`user_entries`). Every line is built by
+    inventory.known_hosts.known_hosts_line (`PATTERN TYPE BASE64`, each part checked); an address, port or key that
+    would not fit raises KnownHostsError and nothing is written."""
+    lines = [_line(address, port, item) for address in sorted(entries) for item in entries[address]]
+    return "".join(f"{line}\n" for line in dict.fromkeys(lines))
 
 
 def write(path: Path, entries: Mapping[str, Sequence[str]], port: int = 22) -> Path:
@@ -141,15 +162,36 @@ def user_known_hosts() -> Path:
 
 
 def user_entries(address: str, port: int = 22, files: Iterable[Path] | None = None) -> list[str]:
-    """The lines of `address` (at `port`) in the user's own known_hosts, hashed names included (`ssh-keygen -F`)."""
-    lines: list[str] = []
+    """The keys of `address` (at `port`) in the user's own known_hosts (`ssh-keygen -F`: hashed names and patterns
+    that match it included) as lines of the checked builder, the pattern rebuilt from the address: a hashed `|1|`
+    name, a wildcard or a host list is never copied; `@cert-authority` lines are dropped (they trust every host a CA
+    signed, not this host's key), `@revoked` keys taken out, keys of another type or shape dropped."""
+    try:
+        pattern = checked_pattern(address, port, "bastion")
+    except KnownHostsLineError as exc:
+        raise KnownHostsError(str(exc)) from exc
+    keys: list[str] = []
+    revoked: set[str] = set()
     for path in files if files is not None else [user_known_hosts()]:
         if not path.is_file():
             continue
-        found = subprocess.run(["ssh-keygen", "-F", host_pattern(address, port), "-f", str(path)],
+        found = subprocess.run(["ssh-keygen", "-F", pattern, "-f", str(path)],
                                capture_output=True, text=True, check=False)
         for line in found.stdout.splitlines():
-            if line and not line.startswith("#"):
-                words = line.split()
-                lines.append(" ".join([host_pattern(address, port), *words[1:3]]))
-    return list(dict.fromkeys(lines))
+            words = line.split()
+            if not words or words[0].startswith("#"):
+                continue
+            if words[0] == "@revoked":
+                revoked.add(" ".join(words[2:4]))
+            elif not words[0].startswith("@"):
+                keys.append(" ".join(words[1:3]))
+    out = []
+    for key in dict.fromkeys(keys):
+        if key in revoked:
+            continue
+        try:
+            out.append(known_hosts_line(address, port, key))
+        except KnownHostsLineError:
+            LOG.info("%r: a key of %s in the user's known_hosts is not one the cluster's file takes; skipped", key,
+                     address)
+    return out

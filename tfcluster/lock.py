@@ -2,6 +2,8 @@
 
     python -m tfcluster.lock compile     # the hashed locks + requirements-gpu.metadata.json (needs uv and PyPI)
     python -m tfcluster.lock check DIR   # every wheel in DIR is pinned, with a listed sha256, in the locks
+    python -m tfcluster.lock script [FILE]  # FILE.lock: a SCRIPT's requirements, hashed, less the runtime's
+    python -m tfcluster.lock control     # requirements-control.lock: the control machine's ranges, hashed
 
 Inputs (written by hand): ``trainer/requirements.txt`` (what every host runs) and ``requirements-gpu.in`` (the same
 plus ``tensorflow[and-cuda]``, whose ``nvidia-*-cu12`` wheels TensorFlow asks for by ranges only). Outputs
@@ -11,7 +13,15 @@ and every transitive one pinned with the sha256 of each of its files on PyPI, fo
 platform (``uv pip compile --universal --generate-hashes``). The GPU lock is the constraint that pins the CUDA
 wheels. Hosts install with ``pip install --require-hashes --no-deps -r LOCK``: nothing unpinned, nothing unhashed.
 ``requirements-gpu.metadata.json`` records each pinned GPU package's requirements (PyPI's JSON API), so a test can
-prove the GPU set resolves from the pinned wheels alone without downloading gigabytes.
+prove the GPU set resolves from the pinned wheels alone without downloading gigabytes. ``compile`` also checks that
+every pin has a wheel for every host Python and platform (hosts install with ``--only-binary :all:``).
+
+A SCRIPT job's requirements (``make lock SCRIPT_REQUIREMENTS=FILE`` runs ``script``): ``FILE.lock`` is compiled the
+same way with the runtime's locks as constraints, and leaves out every package the runtime pins, so the job's own
+packages (installed with ``pip install --require-hashes --only-binary :all: --no-deps --target DIR``, DIR on the
+job's PYTHONPATH after the release) never shadow the runtime's. :func:`script_lock_problem` is the check the
+``tfcluster`` command and the release staging run on ``SCRIPT_REQUIREMENTS``: only ``NAME==VERSION`` entries with
+``--hash=sha256:`` values, none the runtime pins, no options.
 """
 
 from __future__ import annotations
@@ -25,13 +35,15 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.request
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfcluster.files import atomic_write_json, sha256_file
+from tfcluster.contract import Problem
+from tfcluster.files import atomic_write_json, atomic_write_text, sha256_file
 
 REPO = Path(__file__).resolve().parents[1]
 LOCKS = REPO / "playbooks" / "roles" / "python_runtime" / "files"  # the role that installs them
@@ -40,12 +52,21 @@ GPU_IN = LOCKS / "requirements-gpu.in"
 CPU_LOCK = LOCKS / "requirements.lock"
 GPU_LOCK = LOCKS / "requirements-gpu.lock"
 GPU_METADATA = LOCKS / "requirements-gpu.metadata.json"
+CONTROL_IN = REPO / "requirements-control.txt"
+CONTROL_LOCK = REPO / "requirements-control.lock"
 INDEX = "https://pypi.org/simple"
 MIN_PYTHON = "3.10"  # Ubuntu 22.04's; Debian 12 has 3.11, Ubuntu 24.04 3.12
 COMPILE = ("pip", "compile", "--no-config", "--universal", "--python-version", MIN_PYTHON, "--generate-hashes",
            "--no-header", "--index-url", INDEX)
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)\s*(?:;\s*([^\\]+?))?\s*\\?$")
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+# The hosts (docs/playbooks.md "Where it runs"): Ubuntu 22.04 (3.10, glibc 2.35), Debian 12 (3.11), Ubuntu 24.04
+# (3.12); x86_64 and arm64. Every pin of a runtime lock must have a wheel for each.
+HOST_PYTHONS: tuple[str, ...] = ("3.10", "3.11", "3.12")
+HOST_PLATFORMS: tuple[str, ...] = ("x86_64-manylinux_2_35", "aarch64-manylinux_2_35")
+# One entry of a script lock, its continuation lines joined: NAME[extras]==VERSION [; marker] --hash=sha256:... ...
+_ENTRY = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[A-Za-z0-9._, -]*\])?==([A-Za-z0-9.+!_-]+)"
+                    r"(?: ?;(?P<marker>[^-]*?))?(?P<hashes>(?: --hash=sha256:[0-9a-f]{64})+)")
 
 
 class LockError(ValueError):
@@ -122,6 +143,152 @@ def check_wheels(directory: Path, locks: Iterable[Path]) -> int:
 def constraints_text(pins: Sequence[Pin]) -> str:
     """The pins as a constraints file without hashes (for a resolution check against stand-in wheels)."""
     return "".join(f"{p.name}=={p.version}{' ; ' + p.marker if p.marker else ''}\n" for p in pins)
+
+
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """(first line number, content) of each line of a requirements file as pip reads it: comments dropped,
+    continuation lines joined, whitespace collapsed, blank lines left out."""
+    found: list[tuple[int, str]] = []
+    parts: list[str] = []
+    start = 0
+    for number, raw in enumerate([*text.splitlines(), ""], 1):
+        line = re.sub(r"(?:^|\s)#.*$", "", raw).rstrip()
+        start = start if parts else number
+        continued = line.endswith("\\")
+        parts.append(line[:-1] if continued else line)
+        if not continued:
+            joined = " ".join(" ".join(parts).split())
+            if joined:
+                found.append((start, joined))
+            parts = []
+    return found
+
+
+def script_entries(text: str) -> tuple[list[Pin], list[str]]:
+    """The pins of a script lock, and each line that is not ``NAME==VERSION [; marker] --hash=sha256:...``."""
+    pins: list[Pin] = []
+    bad: list[str] = []
+    for number, line in logical_lines(text):
+        match = _ENTRY.fullmatch(line)
+        if match:
+            pins.append(Pin(normalise(match.group(1)), match.group(2), (match.group("marker") or "").strip(),
+                            frozenset(_HASH.findall(match.group("hashes")))))
+        else:
+            bad.append(f"line {number} ({line[:60]!r}) is not NAME==VERSION with --hash=sha256 values")
+    return pins, bad
+
+
+def runtime_names() -> set[str]:
+    """Every package the runtime pins (either lock): a script lock may not pin them again."""
+    return {pin.name for lock in (CPU_LOCK, GPU_LOCK) for pin in read_lock(lock)}
+
+
+def lock_source(path: Path) -> Path:
+    """The file a script lock is compiled from: ``FILE`` when it exists beside ``FILE.lock``, else ``path``."""
+    plain = path.with_suffix("")
+    return plain if path.suffix == ".lock" and plain.is_file() else path
+
+
+def script_lock_problem(path: Path, runtime: Iterable[str] | None = None,
+                        field: str = "SCRIPT_REQUIREMENTS") -> Problem | None:
+    """Why ``path`` cannot be a SCRIPT's requirements (None when it can): every entry pinned with hashes, none of
+    the runtime's packages (they would shadow the runtime's on the job's PYTHONPATH), no options."""
+    source = lock_source(path)
+    fix = (f"run `make lock SCRIPT_REQUIREMENTS={source}` (it writes {source}.lock: hash-pinned, without the "
+           f"runtime's packages) and pass SCRIPT_REQUIREMENTS={source}.lock")
+    if not path.is_file():
+        return Problem(field, f"{path} is not a file", "point SCRIPT_REQUIREMENTS at a requirements file")
+    try:
+        pins, bad = script_entries(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return Problem(field, f"{path} cannot be read ({exc})", fix)
+    if bad:
+        return Problem(field, f"{path} is not hash-pinned: {'; '.join(bad[:5])}", fix)
+    shadowing = sorted({pin.name for pin in pins} & set(runtime_names() if runtime is None else runtime))
+    if shadowing:
+        more = f" and {len(shadowing) - 8} more" if len(shadowing) > 8 else ""
+        return Problem(field, f"{path} pins {', '.join(shadowing[:8])}{more}, which the runtime already provides "
+                       "(python_runtime's locks): the job's copy would shadow the runtime's", fix)
+    return None
+
+
+def _runtime_constraints(directory: Path) -> tuple[Path, list[str]]:
+    """The runtime's pins as a constraints file in ``directory`` (both locks, each line once) and their names."""
+    pins = [*read_lock(CPU_LOCK), *read_lock(GPU_LOCK)]
+    path = directory / "runtime-constraints.txt"
+    path.write_text("".join(dict.fromkeys(constraints_text(pins).splitlines(keepends=True))), encoding="utf-8")
+    return path, sorted({pin.name for pin in pins})
+
+
+SCRIPT_HEADER = """\
+# Hash-pinned by `make lock SCRIPT_REQUIREMENTS={source}` (python -m tfcluster.lock script), from {source}.
+# Every entry is pinned with the sha256 of each of its files; what the runtime pins (python_runtime's locks) is left
+# out: the job imports the runtime's. Train with SCRIPT_REQUIREMENTS={lock}.
+"""
+CONTROL_HEADER = """\
+# Hash-pinned by `make lock-control` (python -m tfcluster.lock control) from requirements-control.txt's ranges, for
+# Python 3.10 to 3.13 (ansible-core 2.17 on 3.10). `TFCLUSTER_LOCKED=1 tools/setup.sh control` installs it with
+# pip install --require-hashes (an sdist's build dependencies are not hash-checked: python-terraform has no wheel).
+"""
+
+
+def _with_header(header: str, text: str) -> str:
+    body = text.lstrip("\n")
+    return header + (body if body.strip() else "# (no entries: the runtime provides every package asked for)\n")
+
+
+def compile_script_lock(source: Path, output: Path | None = None,
+                        index: Sequence[str] = ("--index-url", INDEX)) -> Path:
+    """``source`` hash-pinned into ``output`` (default ``source.lock``) with the runtime's pins as constraints,
+    wheels only, and the runtime's own packages left out; checked with :func:`script_lock_problem`."""
+    output = output or source.with_name(source.name + ".lock")
+    with tempfile.TemporaryDirectory(prefix="tfcluster-lock-") as tmp:
+        constraints, names = _runtime_constraints(Path(tmp))
+        draft = Path(tmp) / "draft.lock"
+        if output.is_file():  # uv keeps an existing lock's pins where they still fit
+            shutil.copyfile(output, draft)
+        argv = [_uv(), "pip", "compile", "--no-config", "--universal", "--python-version", MIN_PYTHON,
+                "--generate-hashes", "--no-header", "--only-binary", ":all:", *index, "-c", str(constraints),
+                *[arg for name in names for arg in ("--no-emit-package", name)],
+                os.path.relpath(source, output.parent), "-o", str(draft)]
+        proc = subprocess.run(argv, cwd=output.parent, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise LockError(f"uv pip compile {source} failed: {proc.stderr.strip()[-1500:]}. Fix: change the "
+                            "requirements (wheels only, within the runtime's pins) and run `make lock` again")
+        text = _with_header(SCRIPT_HEADER.format(source=source.name, lock=output.name),
+                            draft.read_text(encoding="utf-8"))
+    atomic_write_text(output, text)
+    problem = script_lock_problem(output, names)
+    if problem:
+        raise LockError(str(problem))
+    return output
+
+
+def _uv_reason(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return next((line for line in lines if "Because" in line), lines[-1] if lines else "uv failed")[:400]
+
+
+def missing_wheels(lock: Path, index: Sequence[str] = ("--index-url", INDEX),
+                   pythons: Sequence[str] = HOST_PYTHONS, platforms: Sequence[str] = HOST_PLATFORMS) -> list[str]:
+    """Each host Python and platform some pin of ``lock`` has no wheel for, with uv's reason (it reads the index's
+    file lists and metadata: nothing is downloaded)."""
+    pins = parse_lock(lock.read_text(encoding="utf-8"))
+    if not pins:
+        return []
+    missing: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="tfcluster-lock-") as tmp:
+        plain = Path(tmp) / "pins.txt"
+        plain.write_text(constraints_text(pins), encoding="utf-8")
+        for python in pythons:
+            for platform in platforms:
+                proc = subprocess.run([_uv(), "pip", "compile", "--no-config", "--no-deps", "--only-binary", ":all:",
+                                       "--python-version", python, "--python-platform", platform, "--no-header",
+                                       *index, str(plain), "-o", os.devnull],
+                                      capture_output=True, text=True, check=False)
+                if proc.returncode != 0:
+                    missing.append(f"Python {python} {platform}: {_uv_reason(proc.stderr)}")
+    return missing
 
 
 def _uv() -> str:
@@ -208,6 +375,30 @@ def compile_all() -> None:
     compile_lock(CPU_IN, CPU_LOCK)
     compile_lock(GPU_IN, GPU_LOCK)
     write_metadata(GPU_LOCK, GPU_METADATA)
+    missing = [f"{lock.name}: {why}" for lock in (CPU_LOCK, GPU_LOCK) for why in missing_wheels(lock)]
+    if missing:
+        raise LockError(f"hosts install wheels only (--only-binary :all:), and some pins have none: "
+                        f"{'; '.join(missing[:6])}. Fix: pin a version with wheels in {CPU_IN.name} (or "
+                        f"{GPU_IN.name}) and run `make lock` again")
+
+
+def compile_control() -> None:
+    compile_lock(CONTROL_IN, CONTROL_LOCK)
+    atomic_write_text(CONTROL_LOCK, _with_header(CONTROL_HEADER, CONTROL_LOCK.read_text(encoding="utf-8")))
+    read_lock(CONTROL_LOCK)
+
+
+def script_requirements_arg(given: Path | None, env: Mapping[str, str]) -> Path:
+    """The requirements file of ``script``: the argument, else $SCRIPT_REQUIREMENTS (relative to $PWD, as the
+    ``tfcluster`` command reads it)."""
+    raw = str(given) if given else env.get("SCRIPT_REQUIREMENTS", "").strip()
+    if not raw:
+        raise LockError("no requirements file given. Fix: make lock SCRIPT_REQUIREMENTS=path/to/requirements.txt")
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else Path(env.get("PWD") or Path.cwd()) / path
+    if not path.is_file():
+        raise LockError(f"{path} is not a file. Fix: point SCRIPT_REQUIREMENTS at your script's requirements file")
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -215,17 +406,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("compile", help="regenerate the hashed locks and the GPU metadata (uv, PyPI)")
     sub.add_parser("check", help="check the wheels of a directory against the locks").add_argument("dir", type=Path)
+    sub.add_parser("script", help="hash-pin a SCRIPT's requirements into FILE.lock (default $SCRIPT_REQUIREMENTS)"
+                   ).add_argument("requirements", type=Path, nargs="?")
+    sub.add_parser("control", help="hash-pin requirements-control.txt into requirements-control.lock")
     args = parser.parse_args(argv)
     try:
         if args.command == "compile":
             compile_all()
             print(json.dumps({"locks": [str(CPU_LOCK), str(GPU_LOCK)], "metadata": str(GPU_METADATA)}))
+        elif args.command == "script":
+            print(json.dumps(_script(script_requirements_arg(args.requirements, os.environ))))
+        elif args.command == "control":
+            compile_control()
+            print(json.dumps({"lock": str(CONTROL_LOCK)}))
         else:
             print(json.dumps({"checked": check_wheels(args.dir, [CPU_LOCK, GPU_LOCK]), "dir": str(args.dir)}))
     except (LockError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _script(source: Path) -> dict[str, object]:
+    """``make lock SCRIPT_REQUIREMENTS=FILE``: FILE.lock, and a warning per host target a pin has no wheel for."""
+    output = compile_script_lock(source)
+    for why in missing_wheels(output):
+        print(f"warning: {output.name}: hosts with {why} cannot install it", file=sys.stderr)
+    return {"lock": str(output), "pins": len(parse_lock(output.read_text(encoding="utf-8")))}
 
 
 def pins_by_name(pins: Iterable[Pin]) -> Mapping[str, list[Pin]]:

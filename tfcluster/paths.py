@@ -14,8 +14,15 @@ ANSIBLE_CFG = REPO_ROOT / "ansible.cfg"
 
 
 def job_dir(cluster: str, job: str) -> Path:
-    """artifacts/<cluster>/<job>/: the collected copies (by manifest digest), ``current``, ``logs/``, the lock."""
+    """artifacts/<cluster>/<job>/: the collected copies (by manifest digest), ``current``, ``logs/``, the job's
+    lock (``.lock``) and ledger (``job.json``)."""
     return ARTIFACTS / cluster / job
+
+
+def cluster_lock_file(cluster: str, cluster_name: str) -> Path:
+    """artifacts/<cluster>/.cluster-<name>.lock: train, collect and stop share it, destroy takes it alone (a dot
+    name: never a job's dir)."""
+    return ARTIFACTS / cluster / f".cluster-{cluster_name}.lock"
 
 
 def log_file(directory: Path, action: str, now: float | None = None) -> Path:

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tfcluster import awscheck, localaws
+from tfcluster import awscheck, clusters
 from tfcluster import known_hosts as hostkeys
 from tfcluster import terraform as terraform_toolchain
 from tfcluster.contract import WORKER
@@ -111,13 +111,10 @@ def fill_known_hosts(tf_dir: Path, env: Mapping[str, str], extra: Sequence[str],
     return path
 
 
-def remaining(ec2: Any, cluster_name: str) -> list[dict[str, Any]]:
-    """Live instances tagged with the cluster (the cost guard's check when it is there)."""
-    try:
-        from tfcluster.clusters import remaining_instances
-    except ImportError:
-        return localaws.live_instances(ec2, cluster_name)
-    return list(remaining_instances(ec2, cluster_name))
+def remaining(ec2: Any, cluster_name: str, out: Mapping[str, Any]) -> clusters.Members:
+    """After a destroy: which instances of the state (``out``: the outputs read before it) are still live, and
+    what else carries the cluster tag (not ours: Terraform destroys only what its state holds)."""
+    return clusters.remaining_instances(ec2, cluster_name, clusters.state_slots(out.get("hosts")))
 
 
 def apply(tf_dir: Path, env: Mapping[str, str], tf_vars: list[str], approve: list[str],
@@ -139,12 +136,13 @@ def destroy(tf_dir: Path, env: Mapping[str, str], tf_vars: list[str], approve: l
     if not name:
         LOG.info("nothing was applied here: no cluster to check")
         return
-    left = remaining(ec2_client(target_for(tf_dir, env, extra, out)), name)
-    if left:
-        ids = ", ".join(i["InstanceId"] for i in left)
-        raise ProvisionError(f"{len(left)} instance(s) tagged tfcluster:cluster={name} are still live after destroy: "
-                             f"{ids}. Fix: `make destroy CLUSTER=aws` again, or terminate them in the EC2 console")
-    LOG.info("checked through the EC2 API: 0 instances tagged tfcluster:cluster=%s remain", name)
+    ec2 = ec2_client(target_for(tf_dir, env, extra, out))
+    left = remaining(ec2, name, out)
+    text = clusters.render_remaining(name, left, getattr(getattr(ec2, "meta", None), "region_name", None))
+    if left.ours:
+        raise ProvisionError(f"still live after destroy: {text}")
+    for line in text.splitlines():
+        (LOG.warning if left.not_ours else LOG.info)("%s", line)
     if hostkeys.remove(hostkeys.path_for(name)):
         LOG.info("removed the known_hosts of %s", name)
 

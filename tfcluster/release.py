@@ -11,6 +11,7 @@ A release is what the hosts run, and nothing else:
     tfcluster/files.py
     tfcluster/host/         ... and the host runtime (job supervisor and status)
     user/                   a user's script (a .py file or a package directory) and its requirements file
+                            (hash-pinned, without the runtime's packages: tfcluster.lock.script_lock_problem)
 
 The control-machine modules (provision, terraform, ...) are left out, so a change to them leaves the release's
 digest alone. The digest is :func:`tfcluster.files.tree_digest` of the staged tree; the release is staged once into
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcluster.files import TEMP_PREFIX, atomic_write_json, sha256_file, tree_digest, tree_files
+from tfcluster.lock import script_lock_problem
 
 REPO = Path(__file__).resolve().parents[1]
 # What a host runs (relative to the repository): trees and single files of the tfcluster package.
@@ -70,6 +72,9 @@ def release_sources(repo: Path, script: str = "", requirements: str = "") -> lis
             raise ReleaseError(f"{path} does not exist on the control machine. Fix: check SCRIPT / "
                                "SCRIPT_REQUIREMENTS")
         sources.append((f"{USER_DIR}/{path.name}", path.resolve()))
+    problem = script_lock_problem(Path(requirements)) if requirements else None
+    if problem:  # hosts install it with pip --require-hashes: refused here, before anything reaches a host
+        raise ReleaseError(str(problem))
     return sources
 
 

@@ -3,6 +3,7 @@ output into a log file, its events onto the terminal view; with VERBOSE the whol
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import signal
@@ -13,11 +14,12 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TextIO
 
 from tfcluster import events
 from tfcluster.contract import unsafe
 from tfcluster.paths import ANSIBLE_CFG, INVENTORY_SCRIPT, PLAYBOOKS, REPO_ROOT
+from tfcluster.text import PrintableWriter
 from tfcluster.view import View
 
 EVENTS_CALLBACK = "tfcluster.cluster.events"
@@ -51,11 +53,16 @@ def playbook_argv(playbook: str, extra_vars: Path, more: Sequence[str] = ()) -> 
     return [str(executable), "-i", str(INVENTORY_SCRIPT), str(PLAYBOOKS / playbook), "-e", f"@{extra_vars}", *more]
 
 
-def _copy(source: IO[bytes], sinks: Sequence[IO[bytes]]) -> None:
+def _copy(source: IO[bytes], log: IO[bytes], terminal: TextIO) -> None:
+    """Ansible's whole output to the log as it is, and to the terminal escaped (it carries hosts' text)."""
+    shown = PrintableWriter(terminal)
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
     for chunk in iter(lambda: source.read1(65536), b""):  # type: ignore[attr-defined]
-        for sink in sinks:
-            sink.write(chunk)
-            sink.flush()
+        log.write(chunk)
+        log.flush()
+        shown.write(decoder.decode(chunk))
+    shown.write(decoder.decode(b"", final=True))
+    shown.close()
 
 
 def run(argv: Sequence[str], *, env: Mapping[str, str], log: Path, view: View | None, verbose: bool,
@@ -70,7 +77,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str], log: Path, view: View | 
                                 stdout=subprocess.PIPE if verbose else out, stderr=subprocess.STDOUT)
         copier = None
         if verbose and proc.stdout is not None:
-            copier = threading.Thread(target=_copy, args=(proc.stdout, [out, sys.stdout.buffer]), daemon=True)
+            copier = threading.Thread(target=_copy, args=(proc.stdout, out, sys.stdout), daemon=True)
             copier.start()
         try:
             while True:

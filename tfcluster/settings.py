@@ -6,12 +6,13 @@ they never pass through a shell or Jinja. Every bad value is reported at once, a
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfcluster import contract
+from tfcluster import contract, lock
 from tfcluster.contract import Problem
 from tfcluster.duration import DurationError, SettingError, autostop_vars, parse_duration
 from tfcluster.paths import REPO_ROOT
@@ -85,11 +86,13 @@ def _path(env: Mapping[str, str], key: str, problems: list[Problem], *, must_exi
 
 
 def _int(env: Mapping[str, str], key: str, low: int, problems: list[Problem]) -> int | None:
+    """A whole number of ASCII digits (str.isdigit() also takes '²' and '٣', which int() refuses or reads)."""
     raw = env.get(key, "").strip()
     if not raw:
         return None
-    if not raw.isdigit() or int(raw) < low:
-        problems.append(Problem(key, f"{raw!r} is not a whole number >= {low}", f"set {key} to a number >= {low}"))
+    if not re.fullmatch(r"[0-9]+", raw) or int(raw) < low:
+        problems.append(Problem(key, f"{raw!r} is not a whole number >= {low}",
+                                f"set {key} to a number >= {low}, in digits 0-9"))
         return None
     return int(raw)
 
@@ -164,6 +167,16 @@ def _script(env: Mapping[str, str], problems: list[Problem]) -> Path | None:
     return script
 
 
+def _script_requirements(env: Mapping[str, str], problems: list[Problem]) -> Path | None:
+    """SCRIPT_REQUIREMENTS: a hash-pinned lock without the runtime's packages (`make lock SCRIPT_REQUIREMENTS=FILE`
+    writes FILE.lock); hosts install it with pip --require-hashes, for the job alone."""
+    path = _path(env, "SCRIPT_REQUIREMENTS", problems)
+    problem = lock.script_lock_problem(path) if path is not None and path.exists() else None
+    if problem:
+        problems.append(problem)
+    return path
+
+
 def _host(env: Mapping[str, str], problems: list[Problem]) -> str | None:
     host = env.get("HOST", "").strip() or None
     if host is not None and (problem := contract.name_problem("host", host, "HOST")):
@@ -187,7 +200,7 @@ def load(env: Mapping[str, str]) -> Settings:
         hosts_file=_path(env, "HOSTS", problems, must_exist=True) if cluster == "onprem" else None,
         script=_script(env, problems),
         script_args=_words(env, "SCRIPT_ARGS", problems),
-        script_requirements=_path(env, "SCRIPT_REQUIREMENTS", problems),
+        script_requirements=_script_requirements(env, problems),
         script_keras=_choice(env, "KERAS", KERAS, "legacy", problems),
         trainer_args=_words(env, "TRAINER_ARGS", problems),
         epochs=_int(env, "EPOCHS", 1, problems),

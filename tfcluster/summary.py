@@ -3,6 +3,7 @@
 Reads ``metrics.json`` of a collected, verified job (the collector refuses anything without ``DONE``), prints the
 summary the demo ends with (accuracy, examples/s, where the artifacts are) and writes ``training.png`` (loss and
 accuracy per epoch) beside the artifacts. Exit 1 with a message when the directory is not a finished job.
+The training script wrote metrics.json: each value is printed escaped (tfcluster.text.printable) and cut.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from typing import Any
 
 from tfcluster import contract
 from tfcluster.ledger import collected_dir
+from tfcluster.text import printable
 
 LOG = logging.getLogger("tfcluster.summary")
 PLOT_NAME = "training.png"
+VALUE_LIMIT = 60  # characters of one metrics.json value shown (strategy, workers, ...)
 
 
 class DemoError(Exception):
@@ -39,23 +42,33 @@ def load_metrics(artifacts: Path) -> dict[str, Any]:
 
 
 def _fmt(value: Any, spec: str) -> str:
-    return format(value, spec) if isinstance(value, (int, float)) else "-"
+    if not isinstance(value, (int, float)):
+        return "-"
+    try:
+        return format(value, spec)
+    except (OverflowError, ValueError):  # an int too large for a float
+        return "-"
+
+
+def _value(metrics: Mapping[str, Any], key: str) -> str:
+    return printable(metrics.get(key, "?"), VALUE_LIMIT)
 
 
 def summary_lines(metrics: Mapping[str, Any], artifacts: Path, plot: Path | None) -> list[str]:
+    """The summary of a collected job; every value from metrics.json escaped and cut (VALUE_LIMIT)."""
     lines = [
-        f"job:          {metrics.get('strategy', '?')} on {metrics.get('workers', '?')} worker(s), "
-        f"{metrics.get('epochs', '?')} epoch(s), global batch {metrics.get('global_batch', '?')}",
+        f"job:          {_value(metrics, 'strategy')} on {_value(metrics, 'workers')} worker(s), "
+        f"{_value(metrics, 'epochs')} epoch(s), global batch {_value(metrics, 'global_batch')}",
         f"accuracy:     train {_fmt(metrics.get('accuracy'), '.4f')}   test {_fmt(metrics.get('test_accuracy'), '.4f')}"
         f"   (loss {_fmt(metrics.get('loss'), '.4f')})",
         f"throughput:   {_fmt(metrics.get('examples_per_sec'), ',.0f')} examples/s steady, "
         f"{_fmt(metrics.get('examples_per_sec_overall'), ',.0f')} overall",
         f"time:         train {_fmt(metrics.get('train_time_s'), '.1f')} s, "
         f"trainer wall {_fmt(metrics.get('wall_time_s'), '.1f')} s",
-        f"artifacts:    {artifacts} (sha256-verified against MANIFEST.sha256)",
+        f"artifacts:    {printable(artifacts)} (sha256-verified against MANIFEST.sha256)",
     ]
     if plot is not None:
-        lines.append(f"plot:         {plot}")
+        lines.append(f"plot:         {printable(plot)}")
     return lines
 
 

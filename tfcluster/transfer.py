@@ -2,14 +2,18 @@
 
 Used by :mod:`tfcluster.collect` (and :mod:`tfcluster.collect_s3` for the byte budget and the hashed write). Every
 byte read counts against a :class:`Budget`; only the regular files asked for, at the size the chief reported, are
-written; the sha256 of each is computed while it is written.
+written; the sha256 of each is computed while it is written. Every name read from a stream is compared raw (never
+normalised first) and must pass :func:`tfcluster.files.rel_problem`; every file is created below the staging dir
+through descriptors opened with ``O_NOFOLLOW`` (:func:`open_inside`), so nothing is written outside it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import queue
+import stat
 import subprocess
 import tarfile
 import tempfile
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tfcluster.files import BLOCK, ManifestError, check_received
+from tfcluster.files import BLOCK, ManifestError, check_received, quote_name, rel_problem
 from tfcluster.reach import Reach
 
 THREADED_WRITE = 16 << 20  # files at least this big are written by a second thread while the next block is hashed
@@ -64,19 +68,60 @@ class CountingReader:
         return data
 
 
-def write_hashed(source: IO[bytes], path: Path, size: int) -> str:
-    """Copy exactly ``size`` bytes of ``source`` to ``path`` (parents created); the sha256 of what was written.
-    Big files overlap hashing and writing in two threads (both release the GIL)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def checked_name(name: object) -> str:
+    """``name`` when it passes the name rule; CollectError naming it (escaped) otherwise."""
+    problem = rel_problem(name)
+    if problem is not None:
+        raise CollectError(f"the member {quote_name(name)} is not a plain path inside the model dir ({problem}): "
+                           "refusing it")
+    return name  # type: ignore[return-value]
+
+
+def open_inside(root: Path, rel: str) -> IO[bytes]:
+    """A new file ``root/rel`` open for writing, its parent directories made as needed. Refused (CollectError) when
+    ``rel`` fails the name rule, when the path does not resolve inside ``root``, when any component below ``root``
+    is a symlink (each is opened with O_NOFOLLOW relative to its parent's descriptor) or when the file exists."""
+    checked_name(rel)
+    base = root.resolve()
+    if not (base / rel).resolve().is_relative_to(base):
+        raise CollectError(f"{quote_name(rel)} resolves outside the staging dir: refusing it")
+    parts = rel.split("/")
+    try:
+        fd = os.open(base, _DIR_FLAGS)
+    except OSError as error:
+        raise CollectError(f"the staging dir {base} cannot be opened: {error.strerror}") from None
+    try:
+        for part in parts[:-1]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o777, dir_fd=fd)
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        out = os.open(parts[-1], _NEW_FILE_FLAGS, 0o666, dir_fd=fd)
+    except OSError as error:
+        raise CollectError(f"{quote_name(rel)} cannot be written inside the staging dir without following a link "
+                           f"({error.strerror}): refusing it") from None
+    finally:
+        os.close(fd)
+    return os.fdopen(out, "wb")
+
+
+def write_hashed(source: IO[bytes], root: Path, rel: str, size: int) -> str:
+    """Copy exactly ``size`` bytes of ``source`` to ``root/rel`` (:func:`open_inside`); the sha256 of what was
+    written. Big files overlap hashing and writing in two threads (both release the GIL)."""
     digest = hashlib.sha256()
     remaining = size
-    with open(path, "wb") as out:
+    with open_inside(root, rel) as out:
         writer = _Writer(out) if size >= THREADED_WRITE else None
         try:
             while remaining > 0:
                 block = source.read(min(BLOCK, remaining))
                 if not block:
-                    raise CollectError(f"{path.name}: the stream ended {remaining:,} bytes early")
+                    raise CollectError(f"{rel}: the stream ended {remaining:,} bytes early")
                 remaining -= len(block)
                 digest.update(block)
                 writer.put(block) if writer else out.write(block)
@@ -114,11 +159,17 @@ class _Writer:
             raise self.failures[0]
 
 
-def _member_problem(member: tarfile.TarInfo, name: str, wanted: Mapping[str, Wanted], seen: set[str]) -> str | None:
-    if member.isdir() and (name == "." or any(p.startswith(name + "/") for p in wanted)):
-        return ""  # a parent directory of a wanted file: nothing to write
+def _member_problem(member: tarfile.TarInfo, wanted: Mapping[str, Wanted], seen: Mapping[str, str]) -> str | None:
+    """Why ``member`` is refused (its raw name, never a normalised one); "" for a parent directory of a wanted file
+    (nothing to write); None for a wanted regular file."""
+    name = member.name
+    problem = rel_problem(name)
+    if problem is not None:
+        return f"the stream holds {quote_name(name)}, not a plain path inside the model dir ({problem}): refusing it"
+    if member.isdir() and any(p.startswith(name + "/") for p in wanted):
+        return ""
     if not member.isfile() or member.issparse() or name not in wanted or name in seen:
-        return f"the stream holds {member.name[:200]!r}, which was not asked for (or is not a regular file, or is " \
+        return f"the stream holds {quote_name(name)}, which was not asked for (or is not a regular file, or is " \
                "sparse, or came twice): refusing it"
     if member.size != wanted[name].size:
         return f"{name} is {member.size:,} bytes in the stream but {wanted[name].size:,} on the chief: refusing it"
@@ -126,19 +177,19 @@ def _member_problem(member: tarfile.TarInfo, name: str, wanted: Mapping[str, Wan
 
 
 def receive(stream: IO[bytes], staging: Path, wanted: Mapping[str, Wanted], budget: Budget) -> tuple[int, int]:
-    """Unpack a tar stream into ``staging``, hashing as it writes; (files, bytes). Raises on anything unexpected."""
+    """Unpack a tar stream into ``staging``, hashing as it writes; (files, bytes). Raises on anything unexpected:
+    a member not asked for, a name that fails the rule, a link, a device, a sparse file, another size."""
     digests: dict[str, str] = {}
     size = 0
     with tarfile.open(fileobj=CountingReader(stream, budget), mode="r|", bufsize=BLOCK) as archive:  # type: ignore[call-overload]
         for member in archive:
-            name = os.path.normpath(member.name)
-            problem = _member_problem(member, name, wanted, set(digests))
+            problem = _member_problem(member, wanted, digests)
             if problem == "":
                 continue
             source = archive.extractfile(member) if problem is None else None
             if source is None:
-                raise CollectError(problem or f"{name} cannot be read from the stream")
-            digests[name] = write_hashed(source, staging / name, member.size)
+                raise CollectError(problem or f"{quote_name(member.name)} cannot be read from the stream")
+            digests[member.name] = write_hashed(source, staging, member.name, member.size)
             size += member.size
     required = {name: want.sha256 for name, want in wanted.items() if want.required}
     check_received(required, digests)
@@ -146,33 +197,41 @@ def receive(stream: IO[bytes], staging: Path, wanted: Mapping[str, Wanted], budg
 
 
 def _open_nofollow(root: Path, rel: str) -> int:
-    """An fd of ``root/rel`` opened without following a symlink in any component below ``root``."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    """An fd of ``root/rel`` opened without following a symlink in any component below ``root`` (non-blocking, so a
+    FIFO cannot stall the open)."""
+    fd = os.open(root, _DIR_FLAGS)
     try:
         parts = rel.split("/")
         for part in parts[:-1]:
-            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = nxt
-        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW, dir_fd=fd)
+        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
+                       dir_fd=fd)
     finally:
         os.close(fd)
 
 
 def copy_local(model_dir: Path, staging: Path, wanted: Mapping[str, Wanted], budget: Budget) -> tuple[int, int]:
-    """:func:`receive` for a chief on this machine (a local slot): read each file directly, never via a link."""
+    """:func:`receive` for a chief on this machine (a local slot): read each file directly, never via a link; a
+    regular file of the size reported, or the collect fails."""
     digests: dict[str, str] = {}
     size = 0
     for name in sorted(wanted):
         try:
-            fd = _open_nofollow(model_dir, name)
+            fd = _open_nofollow(model_dir, checked_name(name))
         except OSError:
             continue  # check_received names a required one
         with os.fdopen(fd, "rb") as source:
-            length = os.fstat(source.fileno()).st_size
-            budget.take(length)
-            digests[name] = write_hashed(source, staging / name, length)
-        size += length
+            info = os.fstat(source.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise CollectError(f"{name} on the chief is not a regular file: refusing it")
+            if info.st_size != wanted[name].size:
+                raise CollectError(f"{name} is {info.st_size:,} bytes now but {wanted[name].size:,} when the "
+                                   "manifest was read: refusing it (run again once the job is done with it)")
+            budget.take(info.st_size)
+            digests[name] = write_hashed(source, staging, name, info.st_size)
+        size += info.st_size
     check_received({name: want.sha256 for name, want in wanted.items() if want.required}, digests)
     return len(digests), size
 

@@ -2,22 +2,40 @@
 (refreshed in place on a terminal, reprinted at least every 10 s otherwise), and what failed.
 
 It renders the events of tfcluster/events.py; everything else (Terraform's and Ansible's own output) goes to the
-log file whose path the header prints.
+log file whose path the header prints. Every field a host wrote (status.json, its log, its exception) is printed
+through tfcluster.text.printable and cut to a limit; only the view's own cursor codes reach the terminal raw.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from tfcluster.text import printable, printable_lines
+
 PRINT_EVERY = 10.0  # seconds between progress prints when the output is not a terminal
 LOG_TAIL = 15  # lines of a failing host's job log shown without VERBOSE
+FIELD_LIMIT = 40  # characters of one host-written field of a progress line (state, epoch, step...)
+TEXT_LIMIT = 500  # characters of one host-written line of the failure summary (a message, a log line)
+
+
+def number(value: Any) -> float | None:
+    """A finite number a host wrote, else None (a string, a bool, NaN, infinity, an int too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def duration(seconds: float | None) -> str:
-    """``0.4 s``, ``12.3 s``, ``2m05s``, ``1h02m``."""
+    """``0.4 s``, ``12.3 s``, ``2m05s``, ``1h02m``; ``-`` for what is not a finite number."""
+    seconds = number(seconds)
     if seconds is None:
         return "-"
     if seconds < 60:
@@ -30,31 +48,35 @@ def duration(seconds: float | None) -> str:
 
 
 def rate(value: Any) -> str:
-    if not isinstance(value, (int, float)):
+    value = number(value)
+    if value is None:
         return ""
     return f"{value / 1000:.1f}k ex/s" if value >= 1000 else f"{value:.0f} ex/s"
 
 
 def _of(value: Any, total: Any) -> str:
-    return f"{value}/{total if total is not None else '?'}"
+    return f"{printable(value, FIELD_LIMIT)}/{printable(total, FIELD_LIMIT) if total is not None else '?'}"
 
 
 def task_line(task: Mapping[str, Any]) -> str:
-    """One task of the progress view: host, slot, state, epoch/step, examples/s, loss, ETA (what is known)."""
-    parts = [f"{task.get('host', '?'):<14}", f"{task.get('slot', ''):<10}", f"{task.get('state', '?'):<18}"]
+    """One task of the progress view: host, slot, state, epoch/step, examples/s, loss, ETA (what is known). The
+    fields come from the host's status.json: any type, escaped and cut (FIELD_LIMIT)."""
+    host, slot = printable(task.get("host", "?"), FIELD_LIMIT), printable(task.get("slot", ""), FIELD_LIMIT)
+    parts = [f"{host:<14}", f"{slot:<10}", f"{printable(task.get('state', '?'), FIELD_LIMIT):<18}"]
     if task.get("epoch") is not None:
         parts.append(f"epoch {_of(task['epoch'], task.get('epochs'))}")
     if task.get("step") is not None:
         parts.append(f"step {_of(task['step'], task.get('steps_per_epoch'))}")
+    loss, eta = number(task.get("loss")), number(task.get("eta_seconds"))
     for text in (rate(task.get("examples_per_sec")),
-                 f"loss {task['loss']:.4f}" if isinstance(task.get("loss"), (int, float)) else "",
-                 f"ETA {duration(task['eta_seconds'])}" if isinstance(task.get("eta_seconds"), (int, float)) else "",
-                 f"restarts {task['restarts']}" if task.get("restarts") else ""):
+                 f"loss {loss:.4f}" if loss is not None else "",
+                 f"ETA {duration(eta)}" if eta is not None else "",
+                 f"restarts {printable(task['restarts'], FIELD_LIMIT)}" if task.get("restarts") else ""):
         if text:
-            parts.append(text)
-    age = task.get("age_seconds")
-    if isinstance(age, (int, float)) and age >= 30:
-        parts.append(f"(no update for {duration(age)})")
+            parts.append(printable(text, FIELD_LIMIT))
+    age = number(task.get("age_seconds"))
+    if age is not None and age >= 30:
+        parts.append(printable(f"(no update for {duration(age)})", FIELD_LIMIT))
     return "  ".join(parts).rstrip()
 
 
@@ -83,7 +105,8 @@ class View:
         if kind == "stage_end":
             self.stages.append(dict(event))
             mark = "ok  " if event.get("ok") else "FAIL"
-            self.line(f"  {mark} {event.get('name', ''):<58} {duration(event.get('seconds')):>8}")
+            name = printable(event.get("name", ""), TEXT_LIMIT)
+            self.line(f"  {mark} {name:<58} {duration(event.get('seconds')):>8}")
         elif kind == "task_failed":
             self.failures.append(dict(event))
         elif kind == "progress":
@@ -94,6 +117,8 @@ class View:
             self.decision = dict(event)
         elif kind == "collected":
             self.line(f"       {_collected(event)}")
+        elif kind == "notice":
+            self.line(f"       note: {printable(event.get('msg'), TEXT_LIMIT)}")
 
     def progress(self, tasks: Sequence[Mapping[str, Any]], elapsed: float | None) -> None:
         lines = [f"       job running for {duration(elapsed)}:", *(f"         {task_line(t)}" for t in tasks)]
@@ -113,25 +138,36 @@ class View:
 def _collected(event: Mapping[str, Any]) -> str:
     if not event.get("files"):
         return "the job wrote nothing to $TFCLUSTER_MODEL_DIR: nothing to collect"
-    size = event.get("bytes") or 0
+    size = number(event.get("bytes")) or 0.0
     state = "collected" if event.get("changed") else "already collected"
-    return f"{state}: {event['files']} files, {size / 1e6:.1f} MB, sha256-verified -> {event.get('dest')}"
+    return (f"{state}: {printable(event['files'], FIELD_LIMIT)} files, {size / 1e6:.1f} MB, sha256-verified -> "
+            f"{printable(event.get('dest'), TEXT_LIMIT)}")
+
+
+def _decision_lines(decision: Mapping[str, Any]) -> list[str]:
+    """The decision's verdict, the culprit's exception and its log tail (host text: escaped, cut)."""
+    culprit = printable(decision.get("culprit") or "?", FIELD_LIMIT)
+    lines = [f"job {printable(decision.get('decision'), FIELD_LIMIT)} on {culprit}: "
+             f"{printable(decision.get('message'), TEXT_LIMIT)}"]
+    error = decision.get("error") if isinstance(decision.get("error"), Mapping) else {}
+    if error.get("type"):
+        where = f"   ({printable(error['frame'], TEXT_LIMIT)})" if error.get("frame") else ""
+        message = printable(error.get("message", ""), TEXT_LIMIT)
+        lines.append(f"  error: {printable(error['type'], FIELD_LIMIT)}: {message}{where}")
+    tail = printable_lines(decision.get("log_tail") or [], TEXT_LIMIT, last=LOG_TAIL)
+    if tail:
+        lines.append(f"  last lines of {culprit}'s job log:")
+        lines += [f"    {text}" for text in tail]
+    return lines
 
 
 def failure_lines(view: View, log: str) -> list[str]:
-    """What failed, where, and the end of that host's job log — without VERBOSE."""
+    """What failed, where, and the end of that host's job log — without VERBOSE. Every text a host wrote (the
+    decision's message, the exception, log lines, a task's failure message) is escaped and cut (TEXT_LIMIT)."""
     lines: list[str] = []
     decision = view.decision or {}
     if decision.get("decision") not in (None, "done", "running"):
-        lines.append(f"job {decision.get('decision')} on {decision.get('culprit') or '?'}: {decision.get('message')}")
-        error = decision.get("error") or {}
-        if error.get("type"):
-            where = f"   ({error['frame']})" if error.get("frame") else ""
-            lines.append(f"  error: {error['type']}: {error.get('message', '')}{where}")
-        tail = list(decision.get("log_tail") or [])[-LOG_TAIL:]
-        if tail:
-            lines.append(f"  last lines of {decision.get('culprit')}'s job log:")
-            lines += [f"    {text}" for text in tail]
+        lines += _decision_lines(decision)
     seen: set[tuple[str, str]] = set()
     for failure in view.failures:
         key = (failure.get("host", "?"), failure.get("task", "?"))
@@ -139,8 +175,9 @@ def failure_lines(view: View, log: str) -> list[str]:
             continue
         seen.add(key)
         what = "unreachable" if failure.get("unreachable") else "failed"
-        lines.append(f"{key[0]}: task '{key[1]}' {what}:")
-        lines += [f"    {text}" for text in str(failure.get("msg", "")).strip().splitlines()[-LOG_TAIL:]]
+        lines.append(f"{printable(key[0], FIELD_LIMIT)}: task '{printable(key[1], TEXT_LIMIT)}' {what}:")
+        lines += [f"    {text}" for text in printable_lines(str(failure.get("msg", "")).strip(), TEXT_LIMIT,
+                                                             last=LOG_TAIL)]
     if not lines:  # it failed before any play ran (the inventory, the settings of ansible-playbook)
         lines.append("it failed before any step ran; the end of the log:")
         lines += [f"    {text}" for text in _tail(log, LOG_TAIL)]
@@ -149,8 +186,10 @@ def failure_lines(view: View, log: str) -> list[str]:
 
 
 def _tail(path: str, count: int) -> list[str]:
+    """The last ``count`` non-blank lines of the log (it holds host output: escaped, cut)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            return [text for text in handle.read().splitlines() if text.strip()][-count:]
+            return printable_lines([text for text in handle.read().split("\n") if text.strip()], TEXT_LIMIT,
+                                   last=count)
     except OSError:
         return []

@@ -9,16 +9,21 @@ time. The first host (in slot order) with the reason is the culprit.
 
 A task's exit record lives in /run, so a reboot erases it: a task seen running (or restarting) at the previous round
 and now ``inactive`` was lost with its host (:func:`remembered_state`).
+
+A host's answer is data: any JSON value. One that is not the expected shape (:func:`status_problem`: not an object,
+a state that is not a job state, a field of the wrong type) makes its host the culprit of a ``failed`` decision
+("status unreadable: ..."), so the playbook's stop of every other task still runs.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tfcluster.contract import EXIT_PREEMPTED
+from tfcluster.contract import EXIT_PREEMPTED, JOB_STATES
 from tfcluster.host.jobspec import (
     ACTIVE_STATES,
     FAILED,
@@ -37,6 +42,77 @@ DONE_DECISION, FAILED_DECISION, STALLED = "done", FAILED, "stalled"
 DECISIONS = (RUNNING, DONE_DECISION, FAILED_DECISION, STALLED, PREEMPTED, TIMEOUT, STOPPED)
 OVER = frozenset(DECISIONS) - {RUNNING, DONE_DECISION}  # the playbook stops every task and fails
 PROGRESS_KEYS = ("epoch", "epochs", "step", "steps_per_epoch", "examples_per_sec", "loss", "accuracy", "eta_seconds")
+
+
+SHOWN_LIMIT = 60  # characters of a wrong value quoted in a message
+
+
+# --- the shape of an answer -----------------------------------------------------------------------------------------
+def kind(value: object) -> str:
+    """A JSON value's type in words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, (list, tuple)) else ("a JSON object" if isinstance(value, Mapping)
+                                                              else type(value).__name__)
+
+
+def shown(value: object) -> str:
+    """A value as JSON (ASCII only: no control character reaches a terminal), cut to SHOWN_LIMIT characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=True, sort_keys=True, default=repr)
+    except (ValueError, TypeError, RecursionError):
+        text = ascii(value)
+    return text if len(text) <= SHOWN_LIMIT else text[:SHOWN_LIMIT - 3] + "..."
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _lines(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(line, str) for line in value)
+
+
+# Each field a decision or the view reads: what it must be (besides null).
+FIELD_RULES: dict[str, tuple[Callable[[object], bool], str]] = {
+    **{key: (_number, "a number") for key in ("now", "progress_mtime", "log_mtime", "started_at", "max_duration")},
+    **{key: (_whole, "a whole number") for key in ("restarts", "exit_code", "pid", "signal")},
+    **{key: (lambda v: isinstance(v, str), "a string") for key in ("name", "model_dir", "unit", "progress_error")},
+    "progress": (lambda v: isinstance(v, Mapping), "an object"),
+    "done": (lambda v: isinstance(v, bool), "true/false"),
+    "log_tail": (_lines, "a list of strings"),
+}
+
+
+def status_problem(status: object) -> str | None:
+    """What makes a host's status answer unusable (None: it is usable): see the module docstring."""
+    if not isinstance(status, Mapping):
+        return f"the status is {kind(status)}, not a JSON object"
+    state = status.get("state")
+    if not isinstance(state, str) or state not in JOB_STATES:
+        return f"state is {shown(state)}, not a job state ({', '.join(JOB_STATES)})"
+    for key, (valid, what) in FIELD_RULES.items():
+        value = status.get(key)
+        if value is not None and not valid(value):
+            return f"{key} is {shown(value)}, not {what} or null"
+    return None
+
+
+def log_lines(status: object) -> list[str]:
+    """The log tail of a usable status answer ([] for any other)."""
+    if status_problem(status) is not None:
+        return []
+    return list(status.get("log_tail") or [])  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)
@@ -141,6 +217,16 @@ def _over(states: Mapping[str, str], statuses: Mapping[str, Mapping[str, Any]], 
     return _ended(states, statuses, settings)
 
 
+def _poll_problem(poll: object) -> str | None:
+    """Why one poll gives no usable status (None: it does)."""
+    if not isinstance(poll, Mapping):
+        return f"the poll answer is {kind(poll)}, not a JSON object"
+    if "status" not in poll or poll["status"] is None:
+        error = poll.get("error")
+        return (error if isinstance(error, str) else shown(error)) if error else "no answer"
+    return status_problem(poll["status"])
+
+
 def decide(polls: Mapping[str, Mapping[str, Any]], slots: Mapping[str, str], seen: Mapping[str, Any], *, now: float,
            started: float, settings: Settings) -> dict[str, Any]:
     """One round. ``polls``: {host: {"status": {...}} or {"error": text, "unreachable": bool}}, in slot order;
@@ -151,22 +237,25 @@ def decide(polls: Mapping[str, Mapping[str, Any]], slots: Mapping[str, str], see
     new_seen: dict[str, Any] = {}
     tasks = []
     for host, poll in polls.items():
-        status = poll.get("status")
-        if not isinstance(status, Mapping):
-            what = "unreachable" if poll.get("unreachable") else "status unreadable"
-            failures.append((host, f"host {what}: {poll.get('error') or 'no answer'}"))
+        problem = _poll_problem(poll)
+        if problem is not None:
+            unreachable = isinstance(poll, Mapping) and poll.get("unreachable") is True
+            what = "unreachable" if unreachable else "status unreadable"
+            failures.append((host, f"host {what}: {problem}"))
             tasks.append(task_entry(host, slots.get(host, ""), None, what))
             continue
-        status = dict(status)
-        previous = seen.get(host) or {}
-        state = remembered_state(status.get("state"), previous.get("state")) or INACTIVE
-        if state == LOST and status.get("state") == INACTIVE:
-            status["lost_after"] = previous.get("state")
+        status = dict(poll["status"])
+        previous = seen.get(host) if isinstance(seen, Mapping) else None
+        previous = previous if isinstance(previous, Mapping) else {}
+        before = previous.get("state") if isinstance(previous.get("state"), str) else None
+        state = remembered_state(status["state"], before) or INACTIVE
+        if state == LOST and status["state"] == INACTIVE:
+            status["lost_after"] = before
         statuses[host], states[host] = status, state
         tasks.append(task_entry(host, slots.get(host, ""), status, state))
         marks = _marks(status)
-        new_seen[host] = {"marks": marks, "state": state,
-                          "since": previous.get("since", now) if previous.get("marks") == marks else now}
+        since = previous.get("since") if _number(previous.get("since")) else now
+        new_seen[host] = {"marks": marks, "state": state, "since": since if previous.get("marks") == marks else now}
     active = {host for host, state in states.items() if state in ACTIVE_STATES}
     for host, state in states.items():
         text = _failure(host, state, statuses[host], bool(active - {host}))

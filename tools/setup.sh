@@ -5,6 +5,8 @@
 #   tools/setup.sh control  CLUSTER=aws|onprem only (make provision/train/collect/destroy there): ansible-core, boto3,
 #                           the project, Terraform's CLI config, MNIST. Linux x86_64/arm64 or macOS; Python >= 3.10.
 #
+# TFCLUSTER_LOCKED=1 (control): install requirements-control.lock (hash-pinned, `make lock-control`) with
+# pip --require-hashes instead of the ranges of requirements-control.txt. A venv a full set-up made satisfies control.
 # PYTHON=/path/to/python3 chooses the interpreter of a new venv. Safe to re-run: each step checks a stamp or the thing
 # itself and does nothing when it is in place. What a step prints goes to .cache/setup.log; the terminal gets one
 # line per step that does work, and one line when all is in place.
@@ -34,6 +36,8 @@ run_step() {
   fi
 }
 case "$mode" in full|control) ;; *) die "unknown mode '$mode': use full or control" ;; esac
+locked="${TFCLUSTER_LOCKED:-0}"
+case "$locked" in 0|1) ;; *) die "TFCLUSTER_LOCKED=$locked: use 1 (install requirements-control.lock) or 0" ;; esac
 
 # 1. The interpreter. full: Debian's python3 (lab hosts run this very venv when it is bind-mounted into them).
 #    control: $PYTHON, else python3 on PATH.
@@ -60,7 +64,11 @@ py="$venv/bin/python"
 
 # 2. Packages; the stamp holds a digest of the requirement files. full satisfies control too.
 full_want="$(cat requirements-dev.txt requirements-control.txt trainer/requirements.txt | digest)"
-control_want="$(cat requirements-control.txt | digest)"
+if [ "$locked" = 1 ]; then
+  control_want="$({ cat requirements-control.txt requirements-control.lock; echo locked; } | digest)"
+else
+  control_want="$(cat requirements-control.txt | digest)"
+fi
 if [ "$mode" = full ]; then
   if [ "$(cat "$venv/.tfcluster-requirements" 2>/dev/null)" != "$full_want" ]; then
     run_step "installing requirements-dev.txt (TensorFlow, tf-keras, ansible-core, moto, ...; minutes on a fresh machine)" \
@@ -69,8 +77,13 @@ if [ "$mode" = full ]; then
   fi
 elif [ "$(cat "$venv/.tfcluster-requirements" 2>/dev/null)" != "$full_want" ] \
      && [ "$(cat "$venv/.tfcluster-control" 2>/dev/null)" != "$control_want" ]; then
-  run_step "installing requirements-control.txt (ansible-core, boto3, PyYAML, numpy)" \
-    "$venv/bin/pip" install -r requirements-control.txt
+  if [ "$locked" = 1 ]; then
+    run_step "installing requirements-control.lock (hash-pinned: ansible-core, boto3, PyYAML, numpy)" \
+      "$venv/bin/pip" install --require-hashes -r requirements-control.lock
+  else
+    run_step "installing requirements-control.txt (ansible-core, boto3, PyYAML, numpy)" \
+      "$venv/bin/pip" install -r requirements-control.txt
+  fi
   echo "$control_want" >"$venv/.tfcluster-control"
 fi
 

@@ -37,6 +37,7 @@ module "cluster" {
   tf_port                 = var.tf_port
 
   spot                   = var.spot
+  spot_without_backups   = var.spot_without_backups
   placement_group        = var.placement_group
   root_volume_size       = var.root_volume_size
   root_volume_kms_key_id = var.root_volume_kms_key_id

@@ -144,12 +144,18 @@ variable "tf_port" {
 
 # --- instances -----------------------------------------------------------------------------------------------------
 variable "spot" {
-  description = "Spot settings: { enabled = true, max_price = \"1.20\" } (then autostop_down must be \"terminate\")."
+  description = "Spot settings: { enabled = true, max_price = \"1.20\" } (then autostop_down must be \"terminate\", and checkpoint_s3 set unless spot_without_backups = true)."
   type = object({
     enabled   = optional(bool, false)
     max_price = optional(string)
   })
   default = null
+}
+
+variable "spot_without_backups" {
+  description = "Allow spot hosts without checkpoint_s3 (a reclaimed host loses its backups). null: no, spot needs checkpoint_s3."
+  type        = bool
+  default     = null
 }
 
 variable "placement_group" {
@@ -231,7 +237,7 @@ variable "checkpoint_s3" {
 }
 
 variable "create_instance_profile" {
-  description = "Create an IAM role and instance profile for the hosts. null: yes."
+  description = "Create one IAM role and instance profile per slot (a host may write only its own backups, and only the chief the model dir). null: yes."
   type        = bool
   default     = null
 }

@@ -16,6 +16,7 @@ from typing import Any
 
 from inventory.access import pick_addresses
 from inventory.fields import int_or_text
+from inventory.fields import label as host_label
 from inventory.model import PUBLIC, Access, HostSpec, InventoryError, SourceResult
 from tfcluster.contract import TAG_KEYS, Problem
 
@@ -37,7 +38,9 @@ def instance_spec(instance: Mapping[str, Any], default_port: int, mode: str = "p
     port = int_or_text(tags.get(TAG_KEYS["port"]))
     gpus = int_or_text(tags.get(TAG_KEYS["gpus"]))
     return HostSpec(
-        label=f"{instance.get('InstanceId', '?')} ({private_ip or public_ip or 'no IP'})",
+        # the IP only where it is one: an answer's text never reaches a message unchecked (its problem shows its repr)
+        label=host_label(str(instance.get("InstanceId", "?")), private_ip, public_ip)
+        if private_ip or public_ip else f"{instance.get('InstanceId', '?')} (no IP)",
         task_type=tags.get(TAG_KEYS["task_type"]),
         task_index=int_or_text(tags.get(TAG_KEYS["task_index"])),
         port=default_port if port is None else port,

@@ -1,7 +1,8 @@
 """`make clusters`, the end of `make train` and the `make destroy` check against moto's EC2 over HTTP on 127.0.0.1:
 two clusters (one past its tfcluster:expires tag) are listed with cost, untagged and foreign instances are never
-listed nor touched, the shutdown behaviour changes on the cluster's instances only, and after termination 0
-instances remain."""
+listed nor touched, the shutdown behaviour changes on the instances of the cluster's Terraform state only (an
+instance someone else tagged with the cluster's full tag set is named as not ours and left as it was), and after
+termination 0 instances of the state remain."""
 
 from __future__ import annotations
 
@@ -70,6 +71,8 @@ def test_clusters_listing_train_summary_and_destroy_check(ec2: Any) -> None:
     untagged = launch(ec2, [])
     foreign = launch(ec2, [{"Key": "Name", "Value": "web-1"}, {"Key": "team", "Value": "ops"}])
     handmade = launch(ec2, [{"Key": TAG_KEYS["cluster"], "Value": "tfcluster-aws"}])  # no slot: not ours
+    state = clusters.state_slots([{"name": "chief-0", "task_type": "chief", "task_index": 0, "instance_id": live[0]},
+                                  {"name": "worker-0", "task_type": "worker", "task_index": 0, "instance_id": live[1]}])
     ec2.stop_instances(InstanceIds=[old[1]])
 
     found = clusters.list_clusters(ec2, now)
@@ -95,19 +98,32 @@ def test_clusters_listing_train_summary_and_destroy_check(ec2: Any) -> None:
                               "about $2.01 per hour; expires in ")
     assert "Tear it down: make destroy CLUSTER=aws TFCLUSTER_CLUSTER=tfcluster-aws" in summary
 
-    # make autostop DOWN=1: the cluster's instances only
-    assert sorted(clusters.set_shutdown_behavior(ec2, "tfcluster-aws", "terminate")) == sorted(live)
+    # make autostop DOWN=1: the instances of the cluster's state only; a copy of the chief's whole tag set on an
+    # instance the state does not hold is not ours
+    imposter = launch(ec2, cluster_tags("tfcluster-aws", "chief", 0, fresh))
+    change = clusters.set_shutdown_behavior(ec2, "tfcluster-aws", "terminate", state)
+    assert sorted(change.changed) == sorted(live)
     assert [shutdown_behavior(ec2, i) for i in live] == ["terminate", "terminate"]
+    assert shutdown_behavior(ec2, imposter) == "stop"
     assert shutdown_behavior(ec2, handmade) == "stop" and shutdown_behavior(ec2, old[0]) == "stop"
+    assert sorted(n.instance_id for n in change.not_ours) == sorted([handmade, imposter])
+    assert f"  {imposter}  running  not in the Terraform state of tfcluster-aws" in clusters.render_not_ours(
+        "tfcluster-aws", change.not_ours)
 
-    # make destroy: terminate the cluster, then the EC2 API says 0 remain; nothing else was touched
-    assert len(clusters.remaining_instances(ec2, "tfcluster-aws")) == 2
+    # make destroy: terminate the state's instances, then the EC2 API says 0 of them remain; the imposter is
+    # named as not in the state (not as left behind) and nothing else was touched
+    assert len(clusters.remaining_instances(ec2, "tfcluster-aws", state).ours) == 2
     ec2.terminate_instances(InstanceIds=live)
-    left = clusters.remaining_instances(ec2, "tfcluster-aws")
-    assert left == []
-    assert clusters.render_remaining("tfcluster-aws", left, REGION) == (
-        f"0 instances tagged tfcluster:cluster=tfcluster-aws remain in {REGION} (checked through the EC2 API).")
+    left = clusters.remaining_instances(ec2, "tfcluster-aws", state)
+    assert left.ours == ()
+    text = clusters.render_remaining("tfcluster-aws", left, REGION)
+    assert text.startswith(f"0 instances of the Terraform state of tfcluster-aws remain in {REGION} (checked "
+                           "through the EC2 API).\n2 instance(s) tagged tfcluster:cluster=tfcluster-aws are not ours")
     states = {r["Instances"][0]["InstanceId"]: r["Instances"][0]["State"]["Name"]
-              for r in ec2.describe_instances(InstanceIds=[untagged, foreign, handmade])["Reservations"]}
+              for r in ec2.describe_instances(InstanceIds=[untagged, foreign, handmade, imposter])["Reservations"]}
     assert set(states.values()) == {"running"}
+    ec2.terminate_instances(InstanceIds=[handmade, imposter])
+    empty = clusters.remaining_instances(ec2, "tfcluster-aws", state)
+    assert clusters.render_remaining("tfcluster-aws", empty, REGION) == (
+        f"0 instances tagged tfcluster:cluster=tfcluster-aws remain in {REGION} (checked through the EC2 API).")
     assert [c.name for c in clusters.list_clusters(ec2, now)] == ["forgotten"]

@@ -112,6 +112,33 @@ def test_collector_never_reads_as_root_nor_through_a_link(flow_lab: Flows, ubunt
     assert not (flow_lab.artifacts(job) / "current").exists()
 
 
+def test_collector_takes_no_linked_member_nor_a_name_with_an_escape(flow_lab: Flows, ubuntu_chief: Path) -> None:
+    """The chief's model dir is data. Tried: names the chief answered were written unchecked (a `../` name or an
+    absolute one left the staging dir). Now a listed symlink to /etc/shadow is refused unread, a listed name holding
+    a terminal escape is refused and never printed raw, and nothing is written outside the artifacts dir."""
+    job = flow_lab.job("deploy-names")
+    escape = "\x1b]52;c;AAAA\x07"
+    artifacts = flow_lab.artifacts(job).parent
+    before = sorted(p.name for p in artifacts.iterdir()) if artifacts.exists() else []
+    model_dir = write_model_dir(flow_lab, job, {"a.bin": b"a" * 100})
+    line = f"{hashlib.sha256(b'x').hexdigest()}  shadow"
+    flow_lab.lab.ssh(CHIEF, f"ln -s /etc/shadow {model_dir}/shadow && chown -h tfcluster:tfcluster {model_dir}/shadow "
+                            f"&& echo '{line}' >> {model_dir}/MANIFEST.sha256")
+    linked = flow_lab.run("collect.yml", ubuntu_chief, job)
+    assert linked.returncode != 0 and "shadow" in linked.output and "symlink" in linked.output, linked.describe()
+    assert "root:" not in linked.output and "$y$" not in linked.output and "$6$" not in linked.output
+
+    write_model_dir(flow_lab, job, {"a.bin": b"a" * 100, escape: b"x"})  # the manifest lists the escape's name
+    escaped = flow_lab.run("collect.yml", ubuntu_chief, job)
+    assert escaped.returncode != 0 and "control character" in escaped.output, escaped.describe()
+    assert escape not in escaped.output and "\x1b" not in escaped.output and "\x07" not in escaped.output
+
+    root = flow_lab.artifacts(job)
+    assert not (root / "current").exists() and (not root.exists() or leftovers(root) == [])
+    assert sorted(p.name for p in artifacts.iterdir() if p.name != job) == [n for n in before if n != job]
+    assert not [p for p in artifacts.rglob("*") if p.name == "shadow" or "AAAA" in p.name]
+
+
 def reaches(flows: Flows, source: str | None, target: str, port: int) -> bool:
     """Can ``source`` (a lab host, or None for the control machine) open a TCP connection to target:port?"""
     address = flows.lab.host(target).address
@@ -145,6 +172,33 @@ def test_firewall_lets_only_peers_reach_the_training_port(flow_lab: Flows) -> No
         assert forced.returncode == 0, forced.describe()
     assert all(counts["changed"] == 0 for counts in forced.recap.values()), forced.recap
     assert "TASK [firewall : Write the rules]" in forced.output  # the role ran, and found nothing to change
+
+
+def test_firewall_lets_only_the_job_user_reach_the_training_port_on_the_host(flow_lab: Flows) -> None:
+    """Issue 18: TensorFlow's port has no authentication, so on the host itself only the job user may connect: a
+    second local user is refused over loopback and over the host's own address (both leave through lo), the job
+    user is not, and a peer still reaches it."""
+    host, other = "f-w1", "tfc-intruder"
+    address = flow_lab.lab.host(host).address
+    flow_lab.lab.ssh(host, f"id {other} >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin {other}")
+    flow_lab.lab.ssh(host, f"systemd-run --unit tfc-listen-local --collect python3 -m http.server {TRAIN_PORT}")
+    code = ("import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), 3)\n"
+            "except OSError:\n    sys.exit(1)\n")
+
+    def reaches_as(user: str, target: str) -> bool:
+        command = f"runuser -u {user} -- python3 -c '{code}' {target} {TRAIN_PORT}"
+        return flow_lab.lab.ssh(host, command, check=False).returncode == 0
+
+    try:
+        time.sleep(1)
+        assert "meta skuid" in flow_lab.lab.ssh(host, "nft list chain inet tfcluster output").stdout
+        for target in ("127.0.0.1", address):
+            assert reaches_as("tfcluster", target), f"the job user must reach {target}:{TRAIN_PORT}"
+            assert not reaches_as(other, target), f"another local user must not reach {target}:{TRAIN_PORT}"
+        assert reaches(flow_lab, "f-w0", host, TRAIN_PORT), "a peer must still reach the training port"
+    finally:
+        flow_lab.lab.ssh(host, "systemctl stop tfc-listen-local", check=False)
+        flow_lab.lab.ssh(host, f"userdel {other}", check=False)
 
 
 def test_a_prepared_cluster_skips_the_prepare_after_one_probe(flow_lab: Flows) -> None:

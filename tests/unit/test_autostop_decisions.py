@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -373,3 +374,162 @@ def test_bad_settings_fail_the_tick_naming_the_file(host: Path, capsys: pytest.C
     write_config(host / "autostop.json", mode="never")
     assert autostop.main(argv(host, "check"), run=FakeRun({})) == 1
     assert "autostop.json: mode is 'never'" in capsys.readouterr().err
+
+
+# ---- a host that would terminate keeps a finished job that was never collected (issue 18) ---------------------------
+LONG_AGO = NOW - 86400
+TERM = Config(installed=True, enabled=True, idle_minutes=10, changed_at=LONG_AGO, terminate=True,
+              uncollected_grace_minutes=60)
+
+
+@pytest.mark.parametrize(("config", "idle", "uncollected", "off", "held", "off_in"), [
+    # terminate, a finished job not collected, idle past IDLE: held, powers off at IDLE + grace
+    (TERM, 660, ("mnist",), False, True, 600 + 3600 - 660),
+    # ... past IDLE + the grace: terminates anyway
+    (TERM, 600 + 3600, ("mnist",), True, False, 0),
+    # ... nothing uncollected: as always
+    (TERM, 660, (), True, False, 0),
+    # ... not yet idle for IDLE: it would power off at IDLE + grace, and says why
+    (TERM, 300, ("mnist",), False, True, 600 + 3600 - 300),
+    # stop (not terminate): the disk stays, nothing is held
+    (Config(installed=True, enabled=True, idle_minutes=10, changed_at=LONG_AGO, uncollected_grace_minutes=60), 660,
+     ("mnist",), True, False, 0),
+    # a grace of 0 turns the hold off
+    (Config(installed=True, enabled=True, idle_minutes=10, changed_at=LONG_AGO, terminate=True,
+            uncollected_grace_minutes=0), 660, ("mnist",), True, False, 0),
+])
+def test_uncollected_jobs_hold_a_terminating_host(config: Config, idle: float, uncollected: tuple[str, ...],  # noqa: PLR0917
+                                                  off: bool, held: bool, off_in: float) -> None:
+    decision = decide(config, {"last_active": NOW - idle}, facts(uncollected=uncollected, boot_time=LONG_AGO))
+    assert decision.idle_seconds == idle
+    assert decision.power_off is off
+    assert decision.power_off_in == off_in
+    if held:
+        assert decision.held == ("finished job(s) never collected: mnist (the power-off would terminate the host); "
+                                 "it terminates anyway after 60 min more idle (autostop_uncollected_grace_minutes)")
+    else:
+        assert decision.held is None
+
+
+def spec_on(jobs: Path, name: str, done: bool = True, **more: object) -> Path:
+    model = jobs.parent / "models" / name
+    model.mkdir(parents=True)
+    if done:
+        (model / "DONE").write_text("{}")
+        os.utime(model / "DONE", (NOW - 600, NOW - 600))
+    (jobs / f"{name}.json").write_text(json.dumps({"name": name, "model_dir": str(model), **more}))
+    return model
+
+
+def mark(jobs: Path, name: str, when: float) -> Path:
+    path = jobs / f"{name}.collected"
+    path.write_text(json.dumps({"job": name}))
+    os.utime(path, (when, when))
+    return path
+
+
+def test_uncollected_jobs_are_finished_jobs_without_a_newer_mark(tmp_path: Path) -> None:
+    jobs = tmp_path / "etc"
+    jobs.mkdir()
+    spec_on(jobs, "fresh")                                   # DONE, never collected
+    spec_on(jobs, "kept")
+    mark(jobs, "kept", NOW - 60)                             # collected after its DONE
+    spec_on(jobs, "rerun")
+    mark(jobs, "rerun", NOW - 7200)                          # collected, then run again: a newer DONE
+    spec_on(jobs, "worker", done=False)                      # no DONE here (not the chief, or unfinished)
+    linked = spec_on(jobs, "linked", done=False)
+    (linked / "DONE").symlink_to(jobs / "fresh.json")        # a DONE that is a symlink is no DONE
+    spec_on(jobs, "fakemark")
+    (jobs / "fakemark.collected").symlink_to(jobs / "kept.collected")  # nor is a mark that is one
+    spec_on(jobs, "fifomark")
+    os.mkfifo(jobs / "fifomark.collected")                   # ... nor a FIFO (and it never blocks)
+    (jobs / "autostop.json").write_text(json.dumps({"enabled": True}))  # the settings: no job spec
+    (jobs / "torn.json").write_text("{")
+    (jobs / "bad name.json").write_text(json.dumps({"name": "../x", "model_dir": "/"}))
+    assert autostop.uncollected_jobs(str(jobs)) == ("fakemark", "fifomark", "fresh", "rerun")
+    assert autostop.uncollected_jobs(str(tmp_path / "absent")) == ()
+
+
+def test_a_symlinked_model_dir_is_not_entered(tmp_path: Path) -> None:
+    jobs = tmp_path / "etc"
+    jobs.mkdir()
+    real = spec_on(jobs, "real")
+    (jobs / "link.json").write_text(json.dumps({"name": "link", "model_dir": str(tmp_path / "models/lnk")}))
+    (tmp_path / "models/lnk").symlink_to(real)
+    assert autostop.uncollected_jobs(str(jobs)) == ("real",)
+
+
+def test_check_keeps_a_terminating_host_with_an_uncollected_job(host: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_config(host / "autostop.json", terminate=True, uncollected_grace_minutes=1440)
+    os.utime(host / "autostop.json", (NOW - 7200, NOW - 7200))
+    jobs = host / "etc"
+    jobs.mkdir()
+    spec_on(jobs, "mnist")
+    run = FakeRun({("systemctl", "is-active"): (0, "active\n")})
+    assert autostop.main([*argv(host, "check"), "--jobs-dir", str(jobs)], run=run) == 0
+    assert ["systemctl", "poweroff"] not in run.calls
+    assert "not powering off: finished job(s) never collected: mnist" in capsys.readouterr().out
+    assert autostop.main([*argv(host, "check"), "--jobs-dir", str(jobs)], run=run) == 0
+    assert capsys.readouterr().out == ""  # said once, when the hold began
+    assert autostop.main([*argv(host, "status"), "--jobs-dir", str(jobs)], run=run) == 0
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (out["terminate"], out["uncollected_jobs"], out["power_off_in_seconds"]) == (True, ["mnist"],
+                                                                                      600 + 86400 - 7200)
+    assert out["held"].startswith("finished job(s) never collected: mnist")
+    mark(jobs, "mnist", NOW)
+    assert autostop.main([*argv(host, "check"), "--jobs-dir", str(jobs)], run=run) == 0
+    assert ["systemctl", "poweroff"] in run.calls
+
+
+def test_load_config_reads_terminate_and_the_grace(tmp_path: Path) -> None:
+    config = autostop.load_config(str(write_config(tmp_path / "a.json", terminate=True,
+                                                   uncollected_grace_minutes=90)))
+    assert (config.terminate, config.uncollected_grace_minutes) == (True, 90)
+    old = autostop.load_config(str(write_config(tmp_path / "b.json")))  # written by an older role
+    assert (old.terminate, old.uncollected_grace_minutes) == (False, 1440)
+    with pytest.raises(ConfigError, match="terminate is 'yes', not true/false"):
+        autostop.load_config(str(write_config(tmp_path / "c.json", terminate="yes")))
+
+
+# ---- the state file: written and read by root in its own directory, safely (issue 18) -------------------------------
+def test_save_state_never_writes_through_a_planted_temp_name(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    (state_dir / f"state.json.tmp-{os.getpid()}").symlink_to(victim)  # the old, predictable temp name
+    autostop.save_state({"last_active": NOW}, str(state_dir))
+    assert victim.read_text() == "root's file\n"
+    state = state_dir / "state.json"
+    assert not state.is_symlink() and json.loads(state.read_text()) == {"last_active": NOW}
+    assert oct(state.stat().st_mode & 0o777) == oct(0o644)
+    assert sorted(p.name for p in state_dir.iterdir()) == ["state.json", f"state.json.tmp-{os.getpid()}"]
+
+
+def test_save_state_replaces_a_planted_symlink_instead_of_writing_through_it(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text(json.dumps({"last_active": NOW - 99999}))
+    (state_dir / "state.json").symlink_to(victim)
+    assert autostop.load_state(str(state_dir)) == {}  # not followed
+    autostop.save_state({"last_active": NOW}, str(state_dir))
+    assert json.loads(victim.read_text()) == {"last_active": NOW - 99999}
+    assert not (state_dir / "state.json").is_symlink()
+
+
+def test_load_state_never_blocks_on_a_fifo_and_caps_its_read(tmp_path: Path) -> None:
+    fifo_dir = tmp_path / "fifo"
+    fifo_dir.mkdir()
+    os.mkfifo(fifo_dir / "state.json")
+    done: list[dict] = []
+    reader = threading.Thread(target=lambda: done.append(autostop.load_state(str(fifo_dir))), daemon=True)
+    reader.start()
+    reader.join(5)
+    if not done:  # the old code waits for a writer: give it one, then fail
+        os.close(os.open(fifo_dir / "state.json", os.O_WRONLY | os.O_NONBLOCK))
+    assert done == [{}]
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "state.json").write_text(json.dumps({"pad": "x" * autostop.STATE_MAX_BYTES}))
+    assert autostop.load_state(str(big)) == {}

@@ -6,11 +6,13 @@ from __future__ import annotations
 import io
 import json
 import multiprocessing
+import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tfcluster import cli, paths, run, settings, view
+from tfcluster import cli, events, ledger, paths, run, settings, view
 
 
 def load(**env: str) -> settings.Settings:
@@ -153,7 +155,7 @@ def test_destroy_refuses_a_finished_job_that_was_never_collected(tmp_path: Path,
     other = tmp_path / "aws" / "other-cluster"
     other.mkdir()
     (other / "job.json").write_text(json.dumps({"finished": True, "collected": False, "cluster_name": "d"}))
-    assert cli.uncollected_jobs("aws", "c") == ["lost"]
+    assert ledger.uncollected_jobs("aws", "c") == ["lost"]  # records written before the states existed
 
 
 def _hold(directory: str, ready: multiprocessing.synchronize.Event, release: multiprocessing.synchronize.Event
@@ -214,3 +216,255 @@ def test_clean_artifacts_asks_first(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("YES", "1")
     assert cli.cmd_clean_artifacts(cli.Command(load(), io.StringIO())) == 0
     assert not (tmp_path / "artifacts").exists()
+
+
+# --- reserved job ids, ASCII numbers ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("job", ["autostop", "AutoStop", "datasets", "preflight", "logs", "jobs", "Firewall"])
+def test_a_reserved_job_id_is_refused_before_anything_runs(job: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["train"], env={"PWD": "/tmp", "JOB": job}) == cli.EXIT_SETTINGS
+    err = capsys.readouterr().err
+    assert f"tfcluster train: JOB: {job!r} is a reserved job id" in err
+    assert "Fix: choose another job id (none of autostop, " in err and f"e.g. {job}-1" in err
+    assert err.rstrip().endswith("Nothing was started.")
+
+
+@pytest.mark.parametrize(("key", "value"), [("EPOCHS", "\u00b2"), ("WORKERS", "\u0663"), ("EPOCHS", "1\u00b2"),
+                                            ("WORKERS", "\uff12"), ("EPOCHS", "+3")])
+def test_numbers_are_ascii_digits_only(key: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["train"], env={"PWD": "/tmp", key: value})
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_SETTINGS, err
+    assert f"{key}: {value.strip()!r} is not a whole number >= 1. Fix: set {key} to a number >= 1, in digits 0-9" in err
+
+
+def test_ascii_numbers_are_read() -> None:
+    assert (load(WORKERS=" 3 ", EPOCHS="07").workers, load(EPOCHS="07").epochs) == (3, 7)
+
+
+# --- the ledger against destroy -------------------------------------------------------------------------------------
+def _playbook(events: list[dict[str, object]], code: int = 0, copy: str | None = None,
+              interrupt: bool = False) -> object:
+    """A stand-in for Command.playbook: the events a run would write (rendered like run.run does), the copy its
+    collect installs (``current`` then points at it), or a Ctrl-C in the middle."""
+    def playbook(self: cli.Command, name: str, action: str, *, more_vars: object = None) -> int:
+        calls.append(action)
+        if interrupt:
+            raise KeyboardInterrupt
+        if copy is not None:
+            _copy(self.job_dir, copy)
+            (self.job_dir / "current").unlink(missing_ok=True)
+            (self.job_dir / "current").symlink_to(copy)
+        rendered = [{**e, "dest": str(self.job_dir / "current")} if e.get("dest") == "CURRENT" else e for e in events]
+        for event in rendered:
+            self.view.handle(event)
+        self.events = rendered
+        return code
+    calls: list[str] = []
+    playbook.calls = calls  # type: ignore[attr-defined]
+    return playbook
+
+
+DONE = {"event": "decision", "decision": "done", "culprit": None, "message": "done"}
+COLLECTED = {"event": "collected", "dest": "CURRENT", "files": 3, "bytes": 10, "changed": True}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """artifacts/ in tmp_path, CLUSTER=local, and a destroy that records that it would run Terraform."""
+    monkeypatch.setattr(paths, "ARTIFACTS", tmp_path)
+    monkeypatch.delenv("FORCE", raising=False)
+    destroyed: list[str] = []
+    monkeypatch.setattr(cli.Command, "provision", lambda self, action: destroyed.append(action) or 0)
+    monkeypatch.setattr(cli, "still_running", lambda settings: [])
+    return destroyed
+
+
+def _destroy() -> int:
+    return cli.cmd_destroy(cli.Command(load(), io.StringIO()))
+
+
+def test_a_current_copy_left_by_an_older_run_does_not_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             cluster: list[str]) -> None:
+    job_dir = tmp_path / "local" / "mnist"
+    (job_dir / "current").parent.mkdir(parents=True)
+    _copy(job_dir, "a" * 64)
+    (job_dir / "current").symlink_to("a" * 64)  # the result of an older run (an earlier cluster)
+    (job_dir / "job.json").write_text(json.dumps({"finished": True, "collected": True,
+                                                  "cluster_name": "tfcluster-local"}))
+    monkeypatch.setattr(cli.Command, "playbook", _playbook([DONE], code=1))  # this run's collect failed
+    assert cli.cmd_train(cli.Command(load(), io.StringIO())) == cli.EXIT_FAILED
+    assert json.loads((job_dir / "job.json").read_text())["state"] == "finished"
+    with pytest.raises(cli.CommandError, match=r"never collected: mnist \(finished, not collected\)\. .*Fix: "
+                       r"`make collect JOB=<job>` for each \(e\.g\. `make collect JOB=mnist`\).*FORCE=1"):
+        _destroy()
+    assert cluster == []
+
+
+def test_a_collect_of_the_run_itself_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           cluster: list[str]) -> None:
+    monkeypatch.setattr(cli.Command, "playbook", _playbook([DONE, COLLECTED], copy="b" * 64))
+    assert cli.cmd_train(cli.Command(load(), io.StringIO())) == cli.EXIT_OK
+    record = json.loads((tmp_path / "local" / "mnist" / "job.json").read_text())
+    assert (record["state"], record["collected_version"]) == ("collected", "b" * 64)
+    assert _destroy() == 0 and cluster == ["destroy"]
+
+
+def test_a_collected_event_of_another_dir_is_not_this_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           cluster: list[str]) -> None:
+    elsewhere = {**COLLECTED, "dest": str(tmp_path / "local" / "other" / "current")}
+    monkeypatch.setattr(cli.Command, "playbook", _playbook([DONE, elsewhere], copy="b" * 64))
+    cli.cmd_train(cli.Command(load(), io.StringIO()))
+    with pytest.raises(cli.CommandError, match="mnist"):
+        _destroy()
+
+
+def test_a_failed_job_does_not_block(monkeypatch: pytest.MonkeyPatch, cluster: list[str]) -> None:
+    failed = {**DONE, "decision": "failed", "culprit": "worker-0", "message": "exit 1", "log_tail": []}
+    monkeypatch.setattr(cli.Command, "playbook", _playbook([failed], code=1))
+    assert cli.cmd_train(cli.Command(load(), io.StringIO())) == cli.EXIT_FAILED
+    assert _destroy() == 0 and cluster == ["destroy"]
+
+
+@pytest.mark.parametrize("unblock", ["collect", "stop", "FORCE=1"])
+def test_an_interrupted_train_blocks_destroy_until_collect_stop_or_force(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: list[str], unblock: str) -> None:
+    train = _playbook([], interrupt=True)
+    monkeypatch.setattr(cli.Command, "playbook", train)
+    with pytest.raises(KeyboardInterrupt):
+        cli.cmd_train(cli.Command(load(), io.StringIO()))
+    assert train.calls == ["train"]  # type: ignore[attr-defined]
+    with pytest.raises(cli.CommandError, match=r"mnist \(started, outcome unknown: .*`make stop JOB=<job>` for a "
+                                               r"started job"):
+        _destroy()
+    assert cluster == []
+    if unblock == "collect":
+        monkeypatch.setattr(cli.Command, "playbook", _playbook([COLLECTED], copy="c" * 64))
+        assert cli.cmd_collect(cli.Command(load(), io.StringIO())) == 0
+    elif unblock == "stop":
+        monkeypatch.setattr(cli.Command, "playbook", _playbook([], code=1))  # a stop that failed changes nothing
+        assert cli.cmd_stop(cli.Command(load(), io.StringIO())) == cli.EXIT_FAILED
+        with pytest.raises(cli.CommandError, match="mnist"):
+            _destroy()
+        monkeypatch.setattr(cli.Command, "playbook", _playbook([]))
+        assert cli.cmd_stop(cli.Command(load(), io.StringIO())) == 0
+    else:
+        monkeypatch.setenv("FORCE", "1")
+    assert _destroy() == 0 and cluster == ["destroy"]
+
+
+def test_a_collect_that_brought_nothing_leaves_the_job_blocking(monkeypatch: pytest.MonkeyPatch,
+                                                               cluster: list[str]) -> None:
+    monkeypatch.setattr(cli.Command, "playbook", _playbook([], interrupt=True))
+    with pytest.raises(KeyboardInterrupt):
+        cli.cmd_train(cli.Command(load(), io.StringIO()))
+    monkeypatch.setattr(cli.Command, "playbook", _playbook([], code=1))  # the chief has no DONE yet
+    assert cli.cmd_collect(cli.Command(load(), io.StringIO())) == cli.EXIT_FAILED
+    with pytest.raises(cli.CommandError, match="mnist"):
+        _destroy()
+
+
+def _hold_cluster(directory: str, exclusive: bool, ready: multiprocessing.synchronize.Event,
+                  release: multiprocessing.synchronize.Event) -> None:
+    paths.ARTIFACTS = Path(directory)
+    with cli.cluster_lock(load(JOB="long"), "destroy" if exclusive else "train", exclusive=exclusive):
+        ready.set()
+        release.wait(10)
+
+
+def _holding(tmp_path: Path, exclusive: bool) -> tuple[multiprocessing.Process, multiprocessing.synchronize.Event]:
+    ready, release = multiprocessing.Event(), multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold_cluster, args=(str(tmp_path), exclusive, ready, release))
+    holder.start()
+    assert ready.wait(10)
+    return holder, release
+
+
+def test_destroy_is_refused_while_a_train_holds_the_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            cluster: list[str]) -> None:
+    holder, release = _holding(tmp_path, exclusive=False)
+    try:
+        with pytest.raises(cli.CommandError, match=rf"tfcluster-local\) is in use \(pid {holder.pid}: tfcluster "
+                                                   r"train JOB=long\)\. Fix: wait for it to end, or `make stop"):
+            _destroy()
+        assert cluster == []
+        monkeypatch.setattr(cli.Command, "playbook", _playbook([DONE, COLLECTED], copy="d" * 64))
+        assert cli.cmd_train(cli.Command(load(JOB="other"), io.StringIO())) == 0  # trains share the cluster
+    finally:
+        release.set()
+        holder.join(10)
+    assert _destroy() == 0 and cluster == ["destroy"]
+    assert [p.name for p in (tmp_path / "local").glob(".cluster-*")] == [".cluster-tfcluster-local.lock"]
+
+
+def test_a_train_is_refused_while_the_cluster_is_destroyed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           cluster: list[str]) -> None:
+    holder, release = _holding(tmp_path, exclusive=True)
+    train = _playbook([DONE])
+    monkeypatch.setattr(cli.Command, "playbook", train)
+    try:
+        for command in (cli.cmd_train, cli.cmd_collect, cli.cmd_stop):
+            with pytest.raises(cli.CommandError, match=rf"is being destroyed \(pid {holder.pid}: tfcluster destroy\)"):
+                command(cli.Command(load(), io.StringIO()))
+    finally:
+        release.set()
+        holder.join(10)
+    assert train.calls == []  # type: ignore[attr-defined]
+    assert not (tmp_path / "local" / "mnist" / "job.json").exists()
+
+
+def _stage(name: str) -> dict[str, object]:
+    return {"event": "stage_start", "name": name}
+
+
+def test_a_train_that_failed_before_the_gang_start_does_not_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  cluster: list[str]) -> None:
+    checked = [_stage("Prepare the hosts"), _stage("Check every host and render the job before anything starts")]
+    monkeypatch.setattr(cli.Command, "playbook", _playbook(checked, code=1))  # e.g. a changed host key
+    assert cli.cmd_train(cli.Command(load(), io.StringIO())) == cli.EXIT_FAILED
+    record = json.loads((tmp_path / "local" / "mnist" / "job.json").read_text())
+    assert (record["state"], record["decision"]) == ("ended", "not started")
+    assert _destroy() == 0 and cluster == ["destroy"]
+
+
+def test_a_train_that_failed_after_the_gang_start_without_a_decision_blocks(monkeypatch: pytest.MonkeyPatch,
+                                                                            cluster: list[str]) -> None:
+    monkeypatch.setattr(cli.Command, "playbook", _playbook([_stage(cli.START_STAGE)], code=1))
+    assert cli.cmd_train(cli.Command(load(), io.StringIO())) == cli.EXIT_FAILED
+    with pytest.raises(cli.CommandError, match=r"mnist \(started, outcome unknown"):
+        _destroy()
+
+
+def test_the_gang_start_stage_is_a_play_of_train_yml() -> None:
+    plays = yaml.safe_load((paths.PLAYBOOKS / "train.yml").read_text())
+    names = [play.get("name") for play in plays]
+    assert cli.START_STAGE in names and "hosts" in plays[names.index(cli.START_STAGE)]
+    start = names.index(cli.START_STAGE)
+    assert "start.yml" in str(plays[start]) and not any("start.yml" in str(play) for play in plays[:start])
+
+
+def test_run_events_keeps_what_the_ledger_reads(tmp_path: Path) -> None:
+    events_file = tmp_path / "e.jsonl"
+    for kind, fields in (("stage_start", {"name": "x"}), ("progress", {"tasks": []}),
+                         ("decision", {"decision": "done"}), ("collected", {"dest": "d"})):
+        events.emit(kind, str(events_file), **fields)
+    with events_file.open("a") as handle:
+        handle.write('{"event": "decision", broken\n["not", "an object", "event": "collected"]\n')
+    assert [e["event"] for e in cli.run_events(events_file)] == ["stage_start", "decision", "collected"]
+    assert cli.run_events(tmp_path / "missing.jsonl") == []
+
+
+def test_a_job_trained_before_its_id_was_reserved_still_blocks(tmp_path: Path, cluster: list[str]) -> None:
+    old = tmp_path / "local" / "trainer"
+    old.mkdir(parents=True)
+    (old / "job.json").write_text(json.dumps({"state": "finished", "cluster_name": "tfcluster-local", "run": "r"}))
+    with pytest.raises(cli.CommandError, match=r"trainer \(finished, not collected\)"):
+        _destroy()
+
+
+def test_a_collected_run_whose_copy_was_deleted_blocks_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             cluster: list[str]) -> None:
+    monkeypatch.setattr(cli.Command, "playbook", _playbook([DONE, COLLECTED], copy="e" * 64))
+    assert cli.cmd_train(cli.Command(load(), io.StringIO())) == 0
+    shutil.rmtree(tmp_path / "local" / "mnist" / ("e" * 64))
+    with pytest.raises(cli.CommandError, match=r"mnist \(finished, not collected\)"):
+        _destroy()

@@ -135,26 +135,97 @@ def test_running_summary() -> None:
     assert "Tear it down: tfcluster destroy alpha" in custom
 
 
+# The applied Terraform state of "alpha" / "old-run": instance id -> slot (from its hosts output).
+ALPHA_STATE = {"i-a0": "chief:0", "i-a1": "worker:0", "i-a2": "worker:1"}
+OLD_STATE = {"i-b0": "worker:0", "i-b1": "worker:1"}
+
+
+def test_state_slots_from_the_hosts_output() -> None:
+    hosts = [{"name": "chief-0", "task_type": "chief", "task_index": 0, "instance_id": "i-a0"},
+             {"name": "worker-1", "task_type": "worker", "task_index": 1, "instance_id": "i-a2"},
+             {"name": "worker-2", "task_type": "worker", "task_index": 2, "instance_id": None},  # not launched
+             {"name": "x", "task_type": "boss", "task_index": 0, "instance_id": "i-x"},
+             {"name": "y", "task_type": "worker", "task_index": True, "instance_id": "i-y"}, "junk"]
+    assert clusters.state_slots(hosts) == {"i-a0": "chief:0", "i-a2": "worker:1"}
+    assert clusters.state_slots(None) == {} and clusters.state_slots({"not": "a list"}) == {}
+
+
 def test_remaining_instances() -> None:
     ec2 = FakeEC2(FLEET)
-    left = clusters.remaining_instances(ec2, "old-run")
-    assert [i.instance_id for i in left] == ["i-b0", "i-b1"]
+    left = clusters.remaining_instances(ec2, "old-run", OLD_STATE)
+    assert [i.instance_id for i in left.ours] == ["i-b0", "i-b1"] and left.not_ours == ()
     assert ec2.filters[0][0] == {"Name": f"tag:{TAG_KEYS['cluster']}", "Values": ["old-run"]}
     text = clusters.render_remaining("old-run", left, "us-east-1")
-    assert text.startswith("2 instance(s) tagged tfcluster:cluster=old-run remain in us-east-1:")
+    assert text.startswith("2 instance(s) of the Terraform state of old-run remain in us-east-1:")
     assert "terminate-instances --instance-ids i-b0 i-b1" in text
-    assert clusters.remaining_instances(ec2, "gone") == []
-    assert clusters.render_remaining("gone", [], "us-east-1") == (
+    gone = clusters.remaining_instances(ec2, "gone", {})
+    assert gone.ours == () and gone.not_ours == ()
+    assert clusters.render_remaining("gone", gone, "us-east-1") == (
         "0 instances tagged tfcluster:cluster=gone remain in us-east-1 (checked through the EC2 API).")
+
+
+def imposters(cluster: str) -> list[dict[str, Any]]:
+    """Instances that carry the cluster's tag but are not the state's: a full contract tag set on an instance the
+    state does not hold, a state instance whose slot tags were changed, a bare cluster tag."""
+    return [raw("i-imposter", ours(cluster, "chief", 0)), raw("i-swapped", ours(cluster, "chief", 0)),
+            raw("i-handmade", {TAG_KEYS["cluster"]: cluster}),
+            raw("i-noindex", {TAG_KEYS["cluster"]: cluster, TAG_KEYS["task_type"]: "worker"})]
+
+
+def test_a_tagged_instance_outside_the_state_is_not_ours() -> None:
+    ec2 = FakeEC2([raw("i-1", ours("alpha", "worker", 0)), *imposters("alpha")])
+    found = clusters.members(ec2, "alpha", {"i-1": "worker:0", "i-swapped": "worker:1", "i-noindex": "worker:0"})
+    assert [i.instance_id for i in found.ours] == ["i-1"]
+    why = {n.instance_id: n.reason for n in found.not_ours}
+    assert why == {"i-imposter": "not in the Terraform state of alpha",
+                   "i-handmade": "not in the Terraform state of alpha",
+                   "i-swapped": "tagged chief:0, but the Terraform state holds it as worker:1",
+                   "i-noindex": "its task_type/task_index tags are not a slot (the state holds it as worker:0)"}
 
 
 def test_set_shutdown_behavior_skips_spot_and_foreign_instances() -> None:
     ec2 = FakeEC2([raw("i-1", ours("alpha", "worker", 0)), raw("i-2", ours("alpha", "worker", 1), spot=True),
-                   raw("i-3", {TAG_KEYS["cluster"]: "alpha"}), raw("i-4", ours("beta"))])
-    assert clusters.set_shutdown_behavior(ec2, "alpha", "terminate") == ["i-1"]
-    assert ec2.modified == [("i-1", "terminate")]
+                   raw("i-4", ours("beta")), *imposters("alpha")])
+    state = {"i-1": "worker:0", "i-2": "worker:1", "i-swapped": "worker:2"}
+    change = clusters.set_shutdown_behavior(ec2, "alpha", "terminate", state)
+    assert change.changed == ("i-1",)
+    assert ec2.modified == [("i-1", "terminate")]  # never the imposters, the spot host or beta's
+    assert [n.instance_id for n in change.not_ours] == ["i-handmade", "i-imposter", "i-noindex", "i-swapped"]
+    text = "\n".join(clusters.render_not_ours("alpha", change.not_ours))
+    assert text.startswith("4 instance(s) tagged tfcluster:cluster=alpha are not ours, left alone (not modified):")
+    assert "i-imposter  running  not in the Terraform state of alpha" in text and "Fix: " in text
+    assert clusters.render_not_ours("alpha", ()) == []
+    nothing = clusters.set_shutdown_behavior(FakeEC2(imposters("alpha")), "alpha", "stop", {})
+    assert nothing.changed == () and len(nothing.not_ours) == 4  # no state: nothing is ours, nothing changes
     with pytest.raises(ValueError, match="use one of stop, terminate"):
-        clusters.set_shutdown_behavior(ec2, "alpha", "hibernate")
+        clusters.set_shutdown_behavior(ec2, "alpha", "hibernate", state)
+
+
+def test_destroy_check_names_what_is_not_in_the_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """make destroy: Terraform destroys what its state holds; the check afterwards fails only on the state's own
+    instances and names an imposter carrying the cluster tag as not in the state, leaving it alone."""
+    from tfcluster import provision_aws
+
+    hosts = [{"name": "worker-0", "task_type": "worker", "task_index": 0, "instance_id": "i-1"}]
+    ec2 = FakeEC2([raw("i-1", ours("alpha", "worker", 0), state="terminated"), *imposters("alpha")])
+    monkeypatch.setattr(provision_aws, "outputs", lambda *_: {"cluster_name": "alpha", "hosts": hosts})
+    monkeypatch.setattr(provision_aws, "run_terraform", lambda *_a, **_k: None)
+    monkeypatch.setattr(provision_aws, "target_for", lambda *_: None)
+    monkeypatch.setattr(provision_aws, "ec2_client", lambda _target: ec2)
+    monkeypatch.setattr(provision_aws.hostkeys, "path_for", lambda name: tmp_path / name)
+    with caplog.at_level("INFO", logger="provision"):
+        provision_aws.destroy(tmp_path, {}, [], [], [])
+    assert ec2.modified == []
+    log = caplog.text
+    assert "0 instances of the Terraform state of alpha remain" in log
+    assert "not ours, left alone" in log and "i-imposter  running  not in the Terraform state of alpha" in log
+
+    ec2.instances[0]["State"]["Name"] = "running"  # the state's own host survived the destroy
+    with pytest.raises(provision_aws.ProvisionError) as failed:
+        provision_aws.destroy(tmp_path, {}, [], [], [])
+    assert "1 instance(s) of the Terraform state of alpha remain" in str(failed.value)
+    assert "i-1" in str(failed.value) and "not in the Terraform state of alpha" in str(failed.value)
 
 
 @pytest.mark.parametrize(("types", "per_hour", "text"), [

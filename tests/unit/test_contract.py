@@ -255,3 +255,112 @@ def test_a_change_in_one_place_is_caught(tmp_path: Path, rel: str, old: str | No
 
 def all_findings_in(root: Path, files: list[str]) -> list[str]:
     return python_findings(root, files) + text_findings(root, files) + hcl_findings(root, files)
+
+
+# --- job ids tfcluster keeps for itself -----------------------------------------------------------------------------
+@pytest.mark.parametrize("job", ["autostop", "AutoStop", "datasets", "preflight", "logs", "LOGS", "jobs", "firewall",
+                                 "venv", "trainer", "wheelhouse", "prepared", "requirements"])
+def test_a_reserved_job_id_is_refused_with_a_fix(job: str) -> None:
+    problem = contract.name_problem("job", job, "JOB")
+    assert problem is not None and problem.field == "JOB"
+    assert f"{job!r} is a reserved job id" in problem.message
+    assert problem.fix.startswith("choose another job id") and "autostop" in problem.fix
+    assert contract.name_problem("job", problem.fix.rpartition("e.g. ")[2]) is None  # the example is valid
+
+
+@pytest.mark.parametrize("job", ["mnist", "autostop-1", "my-logs", "jobs2", "datasets.v2", "Mnist"])
+def test_names_beside_the_reserved_ones_are_fine(job: str) -> None:
+    assert contract.name_problem("job", job) is None
+
+
+def test_other_kinds_of_names_are_not_reserved() -> None:
+    assert contract.name_problem("host", "logs") is None and contract.name_problem("ssh_user", "trainer") is None
+
+
+def test_the_reserved_job_ids_reach_yaml() -> None:
+    assert contract.contract_vars()["RESERVED_JOB_IDS"] == list(contract.RESERVED_JOB_IDS)
+    assert all(name == name.lower() for name in contract.RESERVED_JOB_IDS)
+
+
+@pytest.mark.parametrize("port", ["\u00b2", "\u0662\u0662\u0662\u0662", "22\u00b2", "\uff12\uff12"])
+def test_a_port_has_ascii_digits_only(port: str) -> None:
+    problems = contract.cluster_problems({"worker": [f"10.0.0.5:{port}"]})
+    assert [p.field for p in problems] == ["cluster.worker[0]"] and "is not in 1..65535" in problems[0].message
+
+
+# Fixed names under a host's tfcluster directories: a literal path, a role variable that holds such a directory
+# followed by a literal name, or a unit under the job units' prefix (tfcluster-NAME.service is a job's unit name).
+_HOST_ROOT = r"(?:etc|var/lib|var/log|run|opt)/tfcluster"
+_NAME = r"([A-Za-z0-9_][A-Za-z0-9_.-]*)"
+_FIXED_PATH = re.compile(rf"(?<![\w.-])/{_HOST_ROOT}/{_NAME}")
+_ROOT_VARIABLE = re.compile(rf"""^\s*(\w+):\s*['"]?(?:\{{\{{[^}}]*\}}\}})?/{_HOST_ROOT}/?['"]?\s*$""", re.M)
+_FIXED_UNIT = re.compile(rf"(?<![\w.-]){re.escape(contract.UNIT_PREFIX)}{_NAME}\.(?:service|timer|socket|path)\b")
+# Job ids the code and its docs use as examples (a job's own files, not fixed names).
+EXAMPLE_JOBS = frozenset({"mnist", "molecule", "j"})
+HOST_CODE = ("playbooks/", "tfcluster/", "inventory/", "trainer/", "infra/")
+HOST_SUFFIXES = (".py", ".yml", ".yaml", ".j2", ".sh", ".service", ".timer", ".tf", ".tpl", ".cfg")
+
+
+def fixed_names(root: Path, files: Iterable[str]) -> dict[str, str]:
+    """Every fixed name tfcluster uses beside the jobs' files, with where it was seen first."""
+    contract_file = (root / CONTRACT_FILE).resolve()  # it lists them (and module_utils/contract.py links to it)
+    texts = {rel: (root / rel).read_text(encoding="utf-8", errors="replace") for rel in files
+             if rel.startswith(HOST_CODE) and rel.endswith(HOST_SUFFIXES) and (root / rel).is_file()
+             and (root / rel).resolve() != contract_file}
+    variables = {name for text in texts.values() for name in _ROOT_VARIABLE.findall(text)}
+    uses = [_FIXED_PATH, _FIXED_UNIT]
+    uses += [re.compile(rf"\{{\{{\s*{name}\s*\}}\}}/{_NAME}|\b{name}\s*~\s*['\"]/{_NAME}") for name in variables]
+    found: dict[str, str] = {}
+    for rel, text in texts.items():
+        for number, line in enumerate(text.splitlines(), start=1):
+            for pattern in uses:
+                for match in pattern.finditer(line):
+                    name = next(group for group in match.groups() if group)
+                    found.setdefault(name, f"{rel}:{number}")
+    return found
+
+
+def unreserved_names(root: Path, files: Iterable[str]) -> list[str]:
+    reserved = set(contract.RESERVED_JOB_IDS)
+    return [f"{where}: {name!r} is a fixed name beside the jobs' files, but {name.split('.')[0].lower()!r} is not "
+            "in contract.RESERVED_JOB_IDS: add it there (a job of that id would collide with it)"
+            for name, where in sorted(fixed_names(root, files).items())
+            if name.split(".")[0].lower() not in reserved and name.split(".")[0] not in EXAMPLE_JOBS]
+
+
+def test_every_fixed_name_beside_the_jobs_files_is_reserved() -> None:
+    files = list(product(repo_files(REPO)))
+    names = fixed_names(REPO, files)
+    assert {"autostop.json", "autostop", "datasets", "preflight", "firewall.nft", "venv"} <= set(names), names
+    assert "tfcluster.firewall.service" not in names  # not under UNIT_PREFIX: not a job's name
+    findings = unreserved_names(REPO, files)
+    assert not findings, "\n".join(findings)
+
+
+@pytest.mark.parametrize(("rel", "text", "name"), [
+    ("playbooks/roles/newrole/defaults/main.yml", "newrole_cache: /var/lib/tfcluster/cache\n", "cache"),
+    ("playbooks/roles/newrole/vars/main.yml", "_newrole_file: \"{{ tfcluster_prefix }}/etc/tfcluster/state.json\"\n",
+     "state.json"),
+    ("playbooks/roles/newrole/defaults/main.yml",
+     "newrole_dir: \"{{ tfcluster_prefix | default('') }}/run/tfcluster\"\n"
+     "newrole_pid: \"{{ newrole_dir }}/newrole.pid\"\n", "newrole.pid"),
+    ("tfcluster/host/newthing.py", 'SPOOL = "/var/log/tfcluster/spool"\n', "spool"),
+    ("playbooks/roles/newrole/templates/x.service.j2", "After=tfcluster-metrics.service\n", "metrics"),
+])
+def test_a_new_fixed_name_that_is_not_reserved_is_caught(tmp_path: Path, rel: str, text: str, name: str) -> None:
+    (tmp_path / rel).parent.mkdir(parents=True)
+    (tmp_path / rel).write_text(text)
+    findings = unreserved_names(tmp_path, [rel])
+    assert len(findings) == 1 and f"{name!r} is a fixed name" in findings[0] and findings[0].startswith(rel), findings
+
+
+def test_only_job_units_are_named_under_the_unit_prefix() -> None:
+    """Autostop counts every active `tfcluster-*.service` as a running job: a unit of ours under that prefix (the
+    firewall's oneshot stays active) would keep every host up forever."""
+    found = []
+    for path in [*REPO.glob("playbooks/**/*.yml"), *REPO.glob("playbooks/**/*.j2"), *REPO.glob("tfcluster/**/*.py")]:
+        for match in re.finditer(re.escape(contract.UNIT_PREFIX) + r"([A-Za-z0-9_.-]+)\.(service|timer)\b",
+                                 path.read_text(errors="replace")):
+            if "{" not in match.group(1):
+                found.append(f"{path.relative_to(REPO)}: {match.group(0)}")
+    assert not found, found

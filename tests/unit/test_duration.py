@@ -72,6 +72,20 @@ def test_refused_with_the_accepted_forms(value: object, kind: object, says: str)
     assert "e.g." in text and ("90s" in text or "=" in text)  # the fix shows accepted forms or an example
 
 
+@pytest.mark.parametrize(("value", "kind"), [
+    ("\u00b2", IDLE),  # superscript two: str.isdigit() says yes, int() raises
+    ("\u00b2", MAX_DURATION),
+    ("\u0663", IDLE),  # Arabic-Indic three: int() would read 3
+    ("\u0663m", IDLE),
+    ("1\u00b2h", TTL),
+    ("\uff15m", MAX_DURATION),  # fullwidth five
+])
+def test_only_ascii_digits_are_numbers(value: str, kind: object) -> None:
+    with pytest.raises(DurationError) as caught:
+        parse_duration(value, kind)
+    assert caught.value.problem.fix.startswith("give the ") and "e.g. 90s" in caught.value.problem.fix
+
+
 def test_message_lists_every_form() -> None:
     with pytest.raises(DurationError) as caught:
         parse_duration("soon", IDLE)

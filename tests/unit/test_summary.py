@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.escapes import IDS, RAW_SHOWN, assert_clean
+
 
 def test_demo_summary_and_plot(tmp_path: Path) -> None:
     from tfcluster import summary as demo
@@ -30,3 +32,22 @@ def test_demo_refuses_an_unfinished_job(tmp_path: Path) -> None:
     (tmp_path / "DONE").write_text("{}")
     with pytest.raises(demo.DemoError, match=r"metrics\.json is missing or not JSON"):
         demo.run(tmp_path)
+
+
+@pytest.mark.parametrize(("raw", "shown"), RAW_SHOWN, ids=IDS)
+def test_the_summary_shows_metrics_values_escaped(tmp_path: Path, raw: str, shown: str) -> None:
+    from tfcluster import summary as demo
+
+    metrics = {"strategy": raw, "workers": raw, "epochs": raw, "global_batch": raw, "accuracy": raw,
+               "loss": 10**400, "examples_per_sec": float("inf")}
+    lines = demo.summary_lines(metrics, tmp_path, None)
+    assert_clean(lines)
+    assert lines[0] == f"job:          {shown} on {shown} worker(s), {shown} epoch(s), global batch {shown}"
+    assert "(loss -)" in lines[1] and "inf examples/s" in lines[2]
+
+
+def test_a_long_metrics_value_is_cut(tmp_path: Path) -> None:
+    from tfcluster import summary as demo
+
+    line = demo.summary_lines({"strategy": "s" * 100_000}, tmp_path, None)[0]
+    assert "s" * (demo.VALUE_LIMIT - 3) + "... on" in line and len(line) < 200

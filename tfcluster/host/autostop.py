@@ -21,30 +21,52 @@ utilisation for ``gpu_idle_window_minutes``, running job units no longer count a
 reaches its idle time, the job units are stopped first (SIGTERM: the trainer saves a backup and exits 3), then the
 host powers off.
 
+Uncollected jobs: where the power-off terminates the instance (``terminate``: ``DOWN=1``, spot), a finished job
+that was never collected would be lost with it. A job is finished here when its model dir (the ``model_dir`` of a
+job spec ``/etc/tfcluster/<job>.json``, which the job module writes as root) holds ``DONE``, and collected when the
+collector left ``/etc/tfcluster/<job>.collected`` (root's, playbooks/roles/collector/tasks/mark.yml) no older than
+that DONE. While such a job is there, the host stays up past its idle time, for ``uncollected_grace_minutes`` more
+idle minutes at most (0: no hold), then terminates anyway.
+
+Root reads and writes files here that others may have placed: no symlink is followed, a FIFO never blocks, every
+read is capped, and the state is written through a fresh temp file (mkstemp) and an atomic rename.
+
 Settings: /etc/tfcluster/autostop.json ``{"enabled": bool, "idle_minutes": int, "mode": "jobs"|"jobs_and_ssh",
-"gpu_idle_percent": int (0: off), "gpu_idle_window_minutes": int}``, written by the autostop role.
+"gpu_idle_percent": int (0: off), "gpu_idle_window_minutes": int, "terminate": bool,
+"uncollected_grace_minutes": int}``, written by the autostop role.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import glob
 import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from tfcluster.contract import UNIT_PREFIX
+from tfcluster.contract import COLLECTED_SUFFIX, DONE, UNIT_PREFIX, is_digits
 
 CONFIG = "/etc/tfcluster/autostop.json"
 STATE_DIR = "/var/lib/tfcluster/autostop"
+JOBS_DIR = "/etc/tfcluster"  # the job specs (<job>.json, tf_job_env_dir) and the collector's marks (<job>.collected)
+STATE_MAX_BYTES = 64 * 1024
+CONFIG_MAX_BYTES = 64 * 1024
+SPEC_MAX_BYTES = 1 << 20
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 TIMER = "tfcluster.autostop.timer"  # not under UNIT_PREFIX: a job may be called "autostop"
 MODES: tuple[str, ...] = ("jobs", "jobs_and_ssh")
 BUSY_STATES = frozenset({"active", "activating", "deactivating", "reloading"})
@@ -67,6 +89,8 @@ class Config:
     mode: str = "jobs"
     gpu_idle_percent: int = 0
     gpu_idle_window_minutes: int = 30
+    terminate: bool = False  # the power-off terminates the instance (DOWN=1): uncollected jobs hold it
+    uncollected_grace_minutes: int = 1440  # idle minutes past idle_minutes an uncollected job holds it (0: none)
     changed_at: float | None = None  # the file's mtime: a change of the settings counts as activity
 
 
@@ -80,6 +104,7 @@ class Facts:
     unit_ended: float | None = None  # the latest time a job unit became inactive (this boot)
     ssh_sessions: int = 0
     gpu_util: tuple[int, ...] | None = None  # None: no nvidia-smi (or no readings)
+    uncollected: tuple[str, ...] = ()  # finished jobs never collected (gathered only when the power-off terminates)
 
 
 @dataclass(frozen=True)
@@ -91,6 +116,7 @@ class Decision:
     power_off_in: float | None  # seconds until the host powers off if it stays idle; None: autostop is off
     stop_units: tuple[str, ...] = ()
     state: dict[str, Any] = field(default_factory=dict)
+    held: str | None = None  # why an idle host does not power off yet (uncollected jobs)
 
 
 # ---- settings ------------------------------------------------------------------------------------------------------
@@ -102,12 +128,37 @@ def _int_field(data: dict[str, Any], key: str, default: int, path: str, *, low: 
     return value
 
 
+def read_capped(path: str, limit: int, dir_fd: int | None = None) -> tuple[bytes, float]:
+    """(content, mtime) of the regular file ``path``: never through a symlink (O_NOFOLLOW: ELOOP), never blocking
+    on a FIFO (O_NONBLOCK, then fstat), at most ``limit`` bytes (EFBIG). Raises OSError."""
+    fd = os.open(path, READ_FLAGS, dir_fd=dir_fd)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes", path)
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", path)
+    return data, info.st_mtime
+
+
+def _bool_field(data: dict[str, Any], key: str, default: bool, path: str) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}: {key} is {value!r}, not true/false. Fix: re-run `make autostop IDLE=...` (the "
+                          "autostop role writes this file)")
+    return value
+
+
 def load_config(path: str = CONFIG) -> Config:
     """The settings; an absent file means autostop is not installed (and off)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-        changed_at = os.stat(path).st_mtime
+        raw, changed_at = read_capped(path, CONFIG_MAX_BYTES)
+        data = json.loads(raw)
     except FileNotFoundError:
         return Config()
     except (OSError, ValueError) as exc:
@@ -121,28 +172,42 @@ def load_config(path: str = CONFIG) -> Config:
                   idle_minutes=_int_field(data, "idle_minutes", 30, path, low=1, high=525600),
                   gpu_idle_percent=_int_field(data, "gpu_idle_percent", 0, path, low=0, high=100),
                   gpu_idle_window_minutes=_int_field(data, "gpu_idle_window_minutes", 30, path, low=1,
-                                                     high=525600))
+                                                     high=525600),
+                  terminate=_bool_field(data, "terminate", False, path),
+                  uncollected_grace_minutes=_int_field(data, "uncollected_grace_minutes", 1440, path, low=0,
+                                                       high=525600))
 
 
 def load_state(state_dir: str = STATE_DIR) -> dict[str, Any]:
     try:
-        with open(os.path.join(state_dir, "state.json"), encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return {}  # no state yet (or a torn one): the boot and the settings still give a last-active time
+        data = json.loads(read_capped(os.path.join(state_dir, "state.json"), STATE_MAX_BYTES)[0])
+    except (OSError, ValueError, RecursionError):
+        return {}  # no state yet (or a refused one): the boot and the settings still give a last-active time
     return data if isinstance(data, dict) else {}
 
 
 def save_state(state: dict[str, Any], state_dir: str = STATE_DIR) -> None:
-    """Write the state atomically (temp file, fsync, rename): a power cut leaves the old or the new one."""
+    """Write the state atomically: a fresh temp file in the same directory (mkstemp: O_EXCL, a name nobody can
+    plant), fsync, rename over state.json (replacing whatever entry is there, never writing through it), fsync
+    the directory: a power cut leaves the old or the new state."""
     os.makedirs(state_dir, mode=0o755, exist_ok=True)
-    path = os.path.join(state_dir, "state.json")
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(state, handle, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".state-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(state, handle, sort_keys=True)
+            handle.flush()
+            os.fchmod(handle.fileno(), 0o644)  # status reads it as any user
+            os.fsync(handle.fileno())
+        os.replace(tmp, os.path.join(state_dir, "state.json"))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(state_dir, DIR_FLAGS)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 # ---- the decision (pure) -------------------------------------------------------------------------------------------
@@ -180,6 +245,17 @@ def _job_moments(config: Config, state: dict[str, Any], facts: Facts, low_since:
     return moments
 
 
+def _hold(config: Config, facts: Facts, idle: float, limit: float) -> tuple[float, str | None]:
+    """(the idle time at which the host powers off, why it is held past ``limit`` or None): uncollected jobs hold a
+    host whose power-off terminates it, for the grace at most."""
+    grace = config.uncollected_grace_minutes * 60
+    if not (config.terminate and facts.uncollected and grace > 0) or idle >= limit + grace:
+        return limit, None
+    return limit + grace, (f"finished job(s) never collected: {' '.join(facts.uncollected)} (the power-off would "
+                           f"terminate the host); it terminates anyway after {config.uncollected_grace_minutes} min "
+                           "more idle (autostop_uncollected_grace_minutes)")
+
+
 def decide(config: Config, state: dict[str, Any], facts: Facts) -> Decision:
     """When the host was last active and why, how long it has been idle, and whether it powers off now."""
     low_since = gpu_low_since(config, facts, state.get("gpu_low_since"))
@@ -196,13 +272,15 @@ def decide(config: Config, state: dict[str, Any], facts: Facts) -> Decision:
     last_active, reason = max(moments, default=(facts.now, "first check"))
     last_active = min(last_active, facts.now)  # a clock that went back never makes a host idle "in the future"
     idle = facts.now - last_active
-    limit = config.idle_minutes * 60
+    limit, held = _hold(config, facts, idle, config.idle_minutes * 60)
     power_off = config.enabled and idle >= limit
     new_state = {"last_active": last_active, "reason": reason, "gpu_low_since": low_since, "checked_at": facts.now,
-                 "busy_units": list(facts.units), "ssh_sessions": facts.ssh_sessions}
+                 "busy_units": list(facts.units), "ssh_sessions": facts.ssh_sessions,
+                 "held": bool(config.enabled and held and idle >= config.idle_minutes * 60)}
     return Decision(last_active=last_active, reason=reason, idle_seconds=idle, power_off=power_off,
                     power_off_in=max(0.0, limit - idle) if config.enabled else None,
-                    stop_units=facts.units if power_off else (), state=new_state)
+                    stop_units=facts.units if power_off else (), state=new_state,
+                    held=held if config.enabled else None)
 
 
 # ---- facts from the host -------------------------------------------------------------------------------------------
@@ -270,7 +348,7 @@ def ssh_sessions(proc: str = "/proc") -> int:
     mine = _ancestors(proc)
     count = 0
     for pid in os.listdir(proc):
-        if not pid.isdigit() or pid in mine:
+        if not is_digits(pid) or pid in mine:
             continue
         try:
             with open(os.path.join(proc, pid, "cmdline"), "rb") as handle:
@@ -284,7 +362,7 @@ def ssh_sessions(proc: str = "/proc") -> int:
 def parse_gpu_util(text: str) -> tuple[int, ...] | None:
     """``nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits``: one percentage per GPU; lines
     like ``[N/A]`` are skipped; None when no GPU gave a number."""
-    values = tuple(int(line.strip()) for line in text.splitlines() if line.strip().isdigit())
+    values = tuple(int(line.strip()) for line in text.splitlines() if is_digits(line.strip()))
     return values or None
 
 
@@ -298,11 +376,54 @@ def gpu_util(run: Run = _run) -> tuple[int, ...] | None:
     return parse_gpu_util(proc.stdout) if proc.returncode == 0 else None
 
 
-def gather(config: Config, run: Run = _run, proc: str = "/proc") -> Facts:
+def _regular_mtime(path: str, dir_fd: int | None = None) -> float | None:
+    """The mtime of a regular file (None: missing, a symlink, a FIFO, anything else)."""
+    try:
+        info = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    return info.st_mtime if stat.S_ISREG(info.st_mode) else None
+
+
+def _done_at(model_dir: str) -> float | None:
+    """When the model dir's DONE was written (None: no DONE). The job's user owns that directory: it is opened
+    without following a symlink, and DONE is only stat'ed, never read."""
+    try:
+        dir_fd = os.open(model_dir, DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        return _regular_mtime(DONE, dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def uncollected_jobs(jobs_dir: str = JOBS_DIR) -> tuple[str, ...]:
+    """The jobs of this host's specs whose model dir holds DONE and whose collected mark is missing or older."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(jobs_dir), "*.json"))):
+        try:
+            spec = json.loads(read_capped(path, SPEC_MAX_BYTES)[0])
+        except (OSError, ValueError, RecursionError):
+            continue
+        if not isinstance(spec, dict) or not isinstance(spec.get("model_dir"), str):
+            continue  # the autostop settings, or no job spec
+        name = spec.get("name")
+        if not isinstance(name, str) or not JOB_NAME.fullmatch(name):
+            continue
+        done = _done_at(spec["model_dir"])
+        marked = _regular_mtime(os.path.join(jobs_dir, name + COLLECTED_SUFFIX))
+        if done is not None and (marked is None or marked < done):
+            found.append(name)
+    return tuple(found)
+
+
+def gather(config: Config, run: Run = _run, proc: str = "/proc", jobs_dir: str = JOBS_DIR) -> Facts:
     units, ended = job_units(run)
     return Facts(now=time.time(), boot_time=boot_time(proc), units=units, unit_ended=ended,
                  ssh_sessions=ssh_sessions(proc) if config.mode == "jobs_and_ssh" else 0,
-                 gpu_util=gpu_util(run) if config.gpu_idle_percent > 0 else None)
+                 gpu_util=gpu_util(run) if config.gpu_idle_percent > 0 else None,
+                 uncollected=uncollected_jobs(jobs_dir) if config.terminate else ())
 
 
 # ---- commands ------------------------------------------------------------------------------------------------------
@@ -320,15 +441,22 @@ def status(config: Config, decision: Decision, facts: Facts, timer: str) -> dict
             "power_off_in_seconds": None if decision.power_off_in is None else round(decision.power_off_in),
             "busy_units": list(facts.units), "ssh_sessions": facts.ssh_sessions,
             "gpu_idle_percent": config.gpu_idle_percent, "gpu_idle_window_minutes": config.gpu_idle_window_minutes,
-            "gpu_utilization": None if facts.gpu_util is None else list(facts.gpu_util), "timer": timer}
+            "gpu_utilization": None if facts.gpu_util is None else list(facts.gpu_util), "timer": timer,
+            "terminate": config.terminate, "uncollected_grace_minutes": config.uncollected_grace_minutes,
+            "uncollected_jobs": list(facts.uncollected), "held": decision.held}
 
 
-def check(config: Config, state_dir: str, run: Run = _run, dry_run: bool = False) -> Decision:
+def check(config: Config, state_dir: str, run: Run = _run, dry_run: bool = False,
+          jobs_dir: str = JOBS_DIR) -> Decision:
     """One tick: gather, decide, keep the state, and act (stop GPU-idle job units with a backup, power off)."""
-    facts = gather(config, run)
-    decision = decide(config, load_state(state_dir), facts)
+    facts = gather(config, run, jobs_dir=jobs_dir)
+    state = load_state(state_dir)
+    decision = decide(config, state, facts)
     if not dry_run:
         save_state(decision.state, state_dir)
+    if decision.state["held"] and not state.get("held"):  # logged once, when the hold begins
+        print(f"idle for {decision.idle_seconds:.0f} s (limit {config.idle_minutes} min), not powering off: "
+              f"{decision.held}", flush=True)
     if not decision.power_off:
         return decision
     print(f"idle for {decision.idle_seconds:.0f} s (limit {config.idle_minutes} min; last active "
@@ -351,15 +479,16 @@ def main(argv: Sequence[str] | None = None, run: Run = _run) -> int:
     parser.add_argument("command", choices=("check", "status"))
     parser.add_argument("--config", default=CONFIG)
     parser.add_argument("--state-dir", default=STATE_DIR)
+    parser.add_argument("--jobs-dir", default=JOBS_DIR, help="the job specs and the collector's marks")
     parser.add_argument("--dry-run", action="store_true", help="check: decide and print, change nothing")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
         if args.command == "check":
             if config.enabled:
-                check(config, args.state_dir, run, args.dry_run)
+                check(config, args.state_dir, run, args.dry_run, args.jobs_dir)
             return 0
-        facts = gather(config, run)
+        facts = gather(config, run, jobs_dir=args.jobs_dir)
         decision = decide(config, load_state(args.state_dir), facts)
         timer = run(["systemctl", "is-active", TIMER]).stdout.strip() or "unknown"
         print(json.dumps(status(config, decision, facts, timer), sort_keys=True))

@@ -12,22 +12,22 @@ its supervisor or host vanished), ``timeout`` (it ran into its deadline, tfclust
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import stat
 from collections.abc import Mapping
 from typing import Any
 
 try:
     from tfcluster.contract import EXIT_BAD_INPUT, EXIT_PREEMPTED, JOB_STATES
-    from tfcluster.files import read_json
 except ImportError:  # inside an Ansible module: module_utils of the tfcluster.cluster collection
     from ansible_collections.tfcluster.cluster.plugins.module_utils.contract import (  # type: ignore
         EXIT_BAD_INPUT,
         EXIT_PREEMPTED,
         JOB_STATES,
     )
-    from ansible_collections.tfcluster.cluster.plugins.module_utils.files import read_json  # type: ignore
 
 # The contract's states by name (an added or renamed state fails here, loudly, at import).
 INACTIVE, RUNNING, RESTARTING, SUCCEEDED, PREEMPTED, FAILED, STOPPED, LOST, TIMEOUT = JOB_STATES
@@ -54,6 +54,9 @@ SPEC_DEFAULTS: dict[str, Any] = {
     "group": None,
     "pythonpath": None,  # the release holding tfcluster/host (the supervisor runs from it)
     "unit": None,  # systemd backend: the unit; None: the process backend
+    # Process backend: the state dir of the job's private network namespace (netns.py; local slots share one, so
+    # nothing outside it reaches their ports); None: the host's network.
+    "netns_dir": None,
 }
 
 
@@ -63,7 +66,7 @@ class JobError(ValueError):
 
 
 def load_spec(path: str) -> dict[str, Any]:
-    spec = read_json(path)
+    spec = read_json_capped(path, SPEC_MAX_BYTES)
     if not isinstance(spec, dict):
         raise JobError(f"job spec {path} is missing or not a JSON object. Fix: render the job (train.yml)")
     missing = [key for key in REQUIRED_KEYS if key not in spec]
@@ -91,38 +94,141 @@ def last_exit_path(run_dir: str) -> str:
     return os.path.join(run_dir, "last-exit")
 
 
+# --- safe reads -----------------------------------------------------------------------------------------------------
+# Root reads files in a job's area (its model dir, run dir, log) that the job, or its user, may have replaced: never
+# through a symlink (O_NOFOLLOW), never blocking on a FIFO or a device (O_NONBLOCK, then fstat: a regular file
+# only), never more than a cap. Relative to a directory's descriptor where a directory is opened first.
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+STATUS_MAX_BYTES = 1 << 20  # a program's status.json
+SMALL_MAX_BYTES = 64 * 1024  # pid files, state.json, last-exit, the job spec's neighbours
+SPEC_MAX_BYTES = 1 << 20
+LOG_WINDOW = 64 * 1024  # a log's tail: its last bytes only
+BLOCK = 1 << 16
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"),
+          (stat.S_ISREG, "a regular file"))
+
+
+class UnsafeFile(OSError):
+    """A file root refuses to read: not a regular file, hard-linked elsewhere, or larger than its cap."""
+
+
+def file_kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path: str, dir_fd: int | None = None, single_link: bool = False) -> int:
+    """A read-only descriptor of the regular file ``path`` (relative to ``dir_fd`` when given). Raises OSError:
+    ELOOP for a symlink, :class:`UnsafeFile` for anything else than a regular file (a FIFO is opened non-blocking,
+    so it never waits for a writer) or, with ``single_link``, a file with other hard links (it may be someone
+    else's file linked into the job's directory)."""
+    fd = os.open(path, READ_FLAGS, dir_fd=dir_fd)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeFile(errno.EINVAL, f"{file_kind(info.st_mode)}, not a regular file")
+        if single_link and info.st_nlink > 1:
+            raise UnsafeFile(errno.EMLINK, f"a file with {info.st_nlink} hard links (maybe another's file)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_dir(path: str) -> int:
+    """A descriptor of the directory ``path``, not through a symlink as its last component. Raises OSError: ELOOP
+    for a symlink, :class:`UnsafeFile` for anything else than a directory."""
+    try:
+        return os.open(path, DIR_FLAGS)
+    except NotADirectoryError:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            raise OSError(errno.ELOOP, "a symbolic link (not followed)", path) from None
+        raise UnsafeFile(errno.ENOTDIR, f"{file_kind(mode)}, not a directory") from None
+
+
+def read_fd(fd: int, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``fd``; raises UnsafeFile when it holds more (it grew after an fstat)."""
+    chunks, size = [], 0
+    while size <= limit:
+        chunk = os.pread(fd, min(BLOCK, limit + 1 - size), size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise UnsafeFile(errno.EFBIG, f"larger than {limit} bytes")
+    return data
+
+
+def read_capped(path: str, limit: int, dir_fd: int | None = None, single_link: bool = False) -> tuple[bytes, float]:
+    """(content, mtime) of a regular file of at most ``limit`` bytes (see :func:`open_regular`)."""
+    fd = open_regular(path, dir_fd, single_link)
+    try:
+        info = os.fstat(fd)
+        if info.st_size > limit:
+            raise UnsafeFile(errno.EFBIG, f"larger than {limit} bytes ({info.st_size})")
+        return read_fd(fd, limit), info.st_mtime
+    finally:
+        os.close(fd)
+
+
+def unreadable_reason(error: OSError) -> str:
+    """Why a safe read refused a file, in words (for a status answer)."""
+    if isinstance(error, UnsafeFile):
+        return str(error.strerror)
+    if error.errno == errno.ELOOP:
+        return "a symbolic link (not followed)"
+    return error.strerror or str(error)
+
+
+def read_json_capped(path: str, limit: int = SMALL_MAX_BYTES, dir_fd: int | None = None) -> Any:
+    """The JSON of a regular file of at most ``limit`` bytes; None when missing, unsafe or not JSON."""
+    try:
+        return json.loads(read_capped(path, limit, dir_fd)[0])
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
 # --- small readers --------------------------------------------------------------------------------------------------
 def read_state(spec: Mapping[str, Any]) -> dict[str, Any]:
-    data = read_json(state_path(spec))
+    data = read_json_capped(state_path(spec))
     return data if isinstance(data, dict) else {}
 
 
 def read_int(path: str) -> int | None:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return int(handle.read().strip())
+        return int(read_capped(path, SMALL_MAX_BYTES)[0].decode("ascii").strip())
     except (OSError, ValueError):
         return None
 
 
 def mtime(path: str) -> float | None:
+    """The mtime of ``path`` itself (a symlink is not followed)."""
     try:
-        return os.stat(path).st_mtime
+        return os.lstat(path).st_mtime
     except OSError:
         return None
 
 
-def tail(path: str, lines: int, window: int = 64 * 1024) -> list[str]:
-    """The last ``lines`` lines of a file (reads at most its last ``window`` bytes)."""
+def tail(path: str, lines: int, window: int = LOG_WINDOW) -> list[str]:
+    """The last ``lines`` lines of a regular file (reads at most its last ``window`` bytes; a symlink, FIFO or
+    device reads as empty)."""
     if lines <= 0:
         return []
     try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - window))
-            data = handle.read().decode("utf-8", "replace")
+        fd = open_regular(path)
     except OSError:
         return []
+    try:
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, window, max(0, size - window)).decode("utf-8", "replace")
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
     return data.splitlines()[-lines:]
 
 

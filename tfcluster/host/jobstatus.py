@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -23,64 +25,81 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 try:
-    from tfcluster.contract import DONE, EXIT_PREEMPTED, STATUS
-    from tfcluster.files import read_json
+    from tfcluster.contract import DONE, EXIT_PREEMPTED, STATUS, is_digits
     from tfcluster.host.jobspec import (
         ACTIVE_STATES,
         FAILED,
         INACTIVE,
+        LOG_WINDOW,
         LOST,
         PREEMPTED,
         RESTARTING,
         RUNNING,
+        SMALL_MAX_BYTES,
         STARTING,
+        STATUS_MAX_BYTES,
         STOPPED,
         SUCCEEDED,
         SUPERVISE_MARK,
         TIMEOUT,
         JobError,
+        UnsafeFile,
         dumps,
         last_exit_path,
         load_spec,
         main_pid_path,
         mtime,
+        open_dir,
+        open_regular,
         pid_alive,
+        read_capped,
+        read_fd,
         read_int,
         read_state,
         supervisor_pid_path,
         tail,
+        unreadable_reason,
     )
 except ImportError:  # inside an Ansible module: module_utils of the tfcluster.cluster collection
     from ansible_collections.tfcluster.cluster.plugins.module_utils.contract import (  # type: ignore
         DONE,
         EXIT_PREEMPTED,
         STATUS,
+        is_digits,
     )
-    from ansible_collections.tfcluster.cluster.plugins.module_utils.files import read_json  # type: ignore
     from ansible_collections.tfcluster.cluster.plugins.module_utils.jobspec import (  # type: ignore
         ACTIVE_STATES,
         FAILED,
         INACTIVE,
+        LOG_WINDOW,
         LOST,
         PREEMPTED,
         RESTARTING,
         RUNNING,
+        SMALL_MAX_BYTES,
         STARTING,
+        STATUS_MAX_BYTES,
         STOPPED,
         SUCCEEDED,
         SUPERVISE_MARK,
         TIMEOUT,
         JobError,
+        UnsafeFile,
         dumps,
         last_exit_path,
         load_spec,
         main_pid_path,
         mtime,
+        open_dir,
+        open_regular,
         pid_alive,
+        read_capped,
+        read_fd,
         read_int,
         read_state,
         supervisor_pid_path,
         tail,
+        unreadable_reason,
     )
 
 UNIT_KEYS = ("ActiveState", "SubState", "Result", "ExecMainStatus", "ExecMainCode", "NRestarts", "MainPID",
@@ -114,8 +133,7 @@ def process_status(spec: Mapping[str, Any], lines: int) -> dict[str, Any]:
 def read_last_exit(run_dir: str) -> list[str] | None:
     """``SERVICE_RESULT EXIT_CODE EXIT_STATUS`` written by the unit's ExecStopPost (None: never ended here)."""
     try:
-        with open(last_exit_path(run_dir), encoding="utf-8") as handle:
-            fields = handle.read().split()
+        fields = read_capped(last_exit_path(run_dir), SMALL_MAX_BYTES)[0].decode("utf-8", "replace").split()
     except OSError:
         return None
     return fields if len(fields) == 3 else None
@@ -126,7 +144,7 @@ def last_exit_state(fields: Sequence[str] | None, deadline: bool = False) -> tup
     if fields is None:
         return INACTIVE, None
     result, code, status = fields
-    exit_code = int(status) if status.isdigit() else None
+    exit_code = int(status) if is_digits(status) else None
     if result == "timeout" and deadline:
         return TIMEOUT, exit_code
     if code == "exited" and exit_code == EXIT_PREEMPTED:
@@ -218,14 +236,57 @@ def unit_status(unit: str, lines: int, run_dir: str | None = None, deadline: boo
 
 
 # --- both -----------------------------------------------------------------------------------------------------------
+def _is_regular_at(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _progress_at(dir_fd: int) -> tuple[Any, float | None, str | None]:
+    """(the program's status.json as a dict or None, its mtime, why it was not read or None)."""
+    try:
+        fd = open_regular(STATUS, dir_fd, single_link=True)
+    except FileNotFoundError:
+        return None, None, None  # a script that writes none
+    except OSError as error:
+        return None, None, f"{STATUS} unreadable: {unreadable_reason(error)}"
+    mark = None
+    try:
+        info = os.fstat(fd)
+        mark = info.st_mtime
+        if info.st_size > STATUS_MAX_BYTES:
+            raise UnsafeFile(errno.EFBIG, f"larger than {STATUS_MAX_BYTES} bytes ({info.st_size})")
+        raw = read_fd(fd, STATUS_MAX_BYTES)
+    except OSError as error:
+        return None, mark, f"{STATUS} unreadable: {unreadable_reason(error)}"
+    finally:
+        os.close(fd)
+    try:
+        progress = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None, mark, f"{STATUS} unreadable: not JSON"
+    return (progress if isinstance(progress, dict) else None), mark, None
+
+
 def model_dir_facts(model_dir: str) -> dict[str, Any]:
-    status_file = os.path.join(model_dir, STATUS)
-    progress = read_json(status_file)
-    return {
-        "done": os.path.isfile(os.path.join(model_dir, DONE)),
-        "progress": progress if isinstance(progress, dict) else None,
-        "progress_mtime": mtime(status_file),
-    }
+    """DONE, the program's status.json and its mtime. Root reads this directory, which the job's user owns: no
+    symlink is followed (neither the directory nor its files), a FIFO or device never blocks, status.json is read
+    up to STATUS_MAX_BYTES; what is refused is named in ``progress_error``."""
+    facts: dict[str, Any] = {"done": False, "progress": None, "progress_mtime": None, "progress_error": None}
+    try:
+        dir_fd = open_dir(model_dir)
+    except FileNotFoundError:
+        return facts  # not started yet
+    except OSError as error:
+        facts["progress_error"] = f"{model_dir} unreadable: {unreadable_reason(error)}"
+        return facts
+    try:
+        facts["done"] = _is_regular_at(DONE, dir_fd)
+        facts["progress"], facts["progress_mtime"], facts["progress_error"] = _progress_at(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return facts
 
 
 def status(spec_file: str, unit: str | None = None, lines: int | None = None) -> dict[str, Any]:
@@ -242,10 +303,15 @@ def status(spec_file: str, unit: str | None = None, lines: int | None = None) ->
 
 
 def _follow_file(path: str, running: Any, out: Any, poll: float = 0.5) -> None:
-    with open(path, "rb") as handle:
+    """Print what is appended to the log (a regular file, not through a symlink) until the task no longer runs."""
+    try:
+        fd = open_regular(path)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as handle:
         handle.seek(0, os.SEEK_END)
         while True:
-            chunk = handle.read()
+            chunk = handle.read(LOG_WINDOW)
             if chunk:
                 out.write(chunk.decode("utf-8", "replace"))
                 out.flush()
@@ -281,7 +347,7 @@ def logs(spec_file: str, unit: str | None = None, lines: int = 100, follow: bool
         return 0
     out.write("".join(line + "\n" for line in tail(spec["log"], lines)))
     out.flush()
-    if follow and os.path.exists(spec["log"]):
+    if follow:
         _follow_file(spec["log"], running, out)
     return 0
 

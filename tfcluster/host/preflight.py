@@ -40,7 +40,7 @@ GPU_CODE = ("import json, os\nos.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 def split_address(address: str) -> tuple[str, int]:
     """``host:port``, ``[v6]:port`` or ``v6:port`` -> (host without brackets, port). Raises ValueError."""
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ValueError(f"address {address!r} is not host:port")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
@@ -150,7 +150,7 @@ def default_interface(route_table: str = "/proc/net/route") -> str | None:
         return None
     for row in rows:
         if len(row) > 6 and row[1] == "00000000" and row[7:8] == ["00000000"]:
-            metric = int(row[6]) if row[6].isdigit() else 0
+            metric = int(row[6]) if row[6].isascii() and row[6].isdigit() else 0
             if best is None or metric < best[0]:
                 best = (metric, row[0])
     return best[1] if best else None

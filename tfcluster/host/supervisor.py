@@ -11,10 +11,13 @@ that wrote none. Standard library only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import grp
+import json
 import os
 import pwd
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -22,8 +25,9 @@ from collections.abc import Mapping
 from typing import Any
 
 try:
-    from tfcluster.contract import DONE, MANIFEST
+    from tfcluster.contract import DONE
     from tfcluster.files import atomic_write_text, fsync_tree, write_manifest
+    from tfcluster.host import netns
     from tfcluster.host.jobspec import (
         FAILED,
         PREEMPTED,
@@ -46,9 +50,9 @@ try:
         supervisor_pid_path,
     )
 except ImportError:  # inside an Ansible module: module_utils of the tfcluster.cluster collection
+    from ansible_collections.tfcluster.cluster.plugins.module_utils import netns  # type: ignore
     from ansible_collections.tfcluster.cluster.plugins.module_utils.contract import (  # type: ignore
         DONE,
-        MANIFEST,
     )
     from ansible_collections.tfcluster.cluster.plugins.module_utils.files import (  # type: ignore
         atomic_write_text,
@@ -124,6 +128,23 @@ def drop_to(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {"user": user.pw_uid, "group": gid, "extra_groups": []}
 
 
+def open_log(path: str) -> Any:
+    """The task's log for appending, never through a link nor a second name of another file (root opens it)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise JobError(f"log {path} is a symbolic link: the job's output is never written through one. Fix: remove "
+                       "it and start the job again") from error
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise JobError(f"log {path} is not a plain file of its own (a link count of {info.st_nlink}). Fix: remove "
+                       "it and start the job again")
+    return os.fdopen(fd, "ab")
+
+
 class Supervisor:
     """One supervised task: run, restart on failure within the budget, honour stop requests and the deadline."""
 
@@ -145,7 +166,7 @@ class Supervisor:
                 os.killpg(self.proc.pid, sig)
 
     def launch(self) -> subprocess.Popen[bytes]:
-        with open(self.spec["log"], "ab") as log:
+        with open_log(self.spec["log"]) as log:
             proc = subprocess.Popen(
                 self.spec["argv"], env=child_env(self.spec), cwd=self.spec["workdir"], stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **drop_to(self.spec))
@@ -251,6 +272,35 @@ def _prepare(spec: Mapping[str, Any]) -> None:
     drop_to(spec)  # fails early when the user is missing
 
 
+def netns_note(spec: Mapping[str, Any], error: Exception) -> str:
+    """What ``make train`` says once when the local slots could not get their own network namespace."""
+    reason, fix = getattr(error, "reason", str(error)), getattr(error, "fix", "run as root")
+    return (f"the local slots of job {spec['name']} run without a private network namespace ({reason}): their "
+            "training ports are open to every user of this machine and, as TensorFlow listens on every interface, "
+            f"to any machine that reaches it. Fix: {fix}")
+
+
+def _launch(spec: Mapping[str, Any], argv: list[str], popen: dict[str, Any]) -> tuple[subprocess.Popen[bytes],
+                                                                                      dict[str, Any]]:
+    """Start the supervisor: inside the job's private network namespace when the spec names one (``netns_dir``:
+    local slots; its task and every restart inherit it, and it keeps the namespace alive), else as it is."""
+    state_dir = spec.get("netns_dir")
+    if not state_dir:
+        return subprocess.Popen(argv, **popen), {}
+    try:
+        with netns.entering(state_dir, popen["env"]["PYTHONPATH"]) as holder:
+            proc = subprocess.Popen(netns.wrap(argv, holder), **popen)
+            if not netns.joined(proc, holder):
+                _kill_hard(proc.pid)
+                raise JobError(f"the supervisor of job {spec['name']} could not enter the network namespace of "
+                               f"{state_dir} (holder pid {holder.pid}): see {spec['log']}. Fix: stop the job "
+                               f"(make stop), remove {state_dir} and start it again")
+            return proc, {"netns": "private"}
+    except netns.NetnsUnavailable as error:
+        note = netns_note(spec, error)
+    return subprocess.Popen(argv, **popen), {"netns": "shared", "netns_note": note}
+
+
 def start(spec_file: str, check: bool = False) -> dict[str, Any]:
     """Start the task unless its supervisor runs already (then: changed false)."""
     if check and not os.path.isfile(spec_file):  # a dry run on a fresh host: the spec is not rendered either
@@ -266,13 +316,13 @@ def start(spec_file: str, check: bool = False) -> dict[str, Any]:
         os.unlink(main_pid_path(spec))
     atomic_write_text(state_path(spec), dumps({"state": STARTING, "updated_at": time.time()}) + "\n")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": _pythonpath(spec), "LANG": "C.UTF-8"}
-    with open(spec["log"], "ab") as log:
+    argv = [sys.executable, "-m", "tfcluster.host.supervisor", "supervise", os.path.abspath(spec_file),
+            SUPERVISE_MARK, spec["run_dir"]]
+    with open_log(spec["log"]) as log:
         log.write(("--- tfcluster job start {} ---\n".format(time.strftime("%Y-%m-%dT%H:%M:%S"))).encode())
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tfcluster.host.supervisor", "supervise", os.path.abspath(spec_file),
-             SUPERVISE_MARK, spec["run_dir"]],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-            env=env, cwd="/")
+        log.flush()
+        proc, network = _launch(spec, argv, {"stdin": subprocess.DEVNULL, "stdout": log, "stderr": subprocess.STDOUT,
+                                             "start_new_session": True, "close_fds": True, "env": env, "cwd": "/"})
     deadline = time.time() + 10
     while time.time() < deadline:
         if read_int(main_pid_path(spec)) and read_state(spec).get("state") != STARTING:
@@ -280,7 +330,8 @@ def start(spec_file: str, check: bool = False) -> dict[str, Any]:
         if proc.poll() is not None:
             raise JobError("the supervisor exited at once (code {}): see {}".format(proc.returncode, spec["log"]))
         time.sleep(0.05)
-    return {"changed": True, "state": RUNNING, "supervisor_pid": proc.pid, "pid": read_int(main_pid_path(spec))}
+    return {"changed": True, "state": RUNNING, "supervisor_pid": proc.pid, "pid": read_int(main_pid_path(spec)),
+            **network}
 
 
 def _kill_hard(*pids: int | None) -> None:
@@ -316,22 +367,85 @@ def stop(spec_file: str, check: bool = False) -> dict[str, Any]:
     return {"changed": True, "state": STOPPED}
 
 
-def finalize(model_dir: str, check: bool = False) -> dict[str, Any]:
-    """A script that wrote no DONE: fsync its files, then MANIFEST (maybe empty), then DONE. A no-op after DONE."""
+def _finalize_here(model_dir: str) -> dict[str, Any]:
+    """fsync, MANIFEST (maybe empty), DONE, as whoever runs this (never root over a directory of the job's)."""
     if os.path.isfile(os.path.join(model_dir, DONE)):
         return {"changed": False, "files": None, "msg": f"{DONE} already present"}
-    if check:
-        return {"changed": True, "files": None, "msg": f"would write the manifest and {DONE}"}
-    os.makedirs(model_dir, exist_ok=True)
     fsync_tree(model_dir)
     files = write_manifest(model_dir)
     done = {"finished_at": time.time(), "writer": "tfcluster.host.supervisor"}
     atomic_write_text(os.path.join(model_dir, DONE), dumps(done) + "\n")
-    if os.geteuid() == 0:  # the job's user owns what it wrote: the collector reads as that user
-        owner = os.stat(model_dir)
-        for name in (MANIFEST, DONE):
-            os.chown(os.path.join(model_dir, name), owner.st_uid, owner.st_gid)
     return {"changed": True, "files": files}
+
+
+def _open_model_dir(model_dir: str) -> int:
+    """The model dir as a directory fd, never through a link (its parent, the job user's home, is the job's)."""
+    with contextlib.suppress(FileExistsError):
+        os.makedirs(model_dir)  # mkdir follows no link: an existing link is left for the open to refuse
+    try:
+        return os.open(model_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise JobError(f"model dir {model_dir} is not a directory of its own ({error.strerror}): the manifest and "
+                       f"{DONE} are never written through a link. Fix: remove {model_dir} and run the job "
+                       "again") from error
+
+
+def _as_owner(fd: int, model_dir: str) -> dict[str, Any]:
+    """Run :func:`_finalize_here` in a child that works in the directory ``fd`` as the directory's owner (root
+    stays root only for a root-owned one): every file it reads or writes is then the owner's own business."""
+    owner = os.fstat(fd)
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's outcome comes back through the pipe
+        code = 1
+        try:
+            os.close(reader)
+            os.fchdir(fd)
+            if owner.st_uid != 0:
+                os.setgroups([])
+                os.setgid(owner.st_gid)
+                os.setuid(owner.st_uid)
+            result: dict[str, Any] = _finalize_here(".")
+            code = 0
+        except BaseException as error:
+            result = {"error": f"{type(error).__name__}: {error}"}
+        finally:
+            with contextlib.suppress(BaseException):
+                os.write(writer, json.dumps(result).encode())
+            os._exit(code)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(child, 0)
+    try:
+        result = json.loads(data)
+    except ValueError:
+        result = {"error": "the finalizing process ended without a result"}
+    if "error" in result:
+        raise JobError(f"finalize of model dir {model_dir} as its owner (uid {owner.st_uid}) failed: "
+                       f"{result['error']}. Fix: every file in the model dir must be readable by the job user "
+                       "(the user that owns the model dir); see make logs")
+    return result
+
+
+def finalize(model_dir: str, check: bool = False) -> dict[str, Any]:
+    """A script that wrote no DONE: fsync its files, then MANIFEST (maybe empty), then DONE. A no-op after DONE.
+
+    Run as root (the job module with become), it opens the model dir with O_NOFOLLOW and does the work as the
+    directory's owner, the job user, in a child process: root never follows a path the job controls, and what it
+    writes is the job user's own (the collector reads as that user)."""
+    if check:
+        done = os.path.isfile(os.path.join(model_dir, DONE))
+        return ({"changed": False, "files": None, "msg": f"{DONE} already present"} if done else
+                {"changed": True, "files": None, "msg": f"would write the manifest and {DONE}"})
+    if os.geteuid() != 0:
+        os.makedirs(model_dir, exist_ok=True)
+        return _finalize_here(model_dir)
+    fd = _open_model_dir(model_dir)
+    try:
+        return _as_owner(fd, model_dir)
+    finally:
+        os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:

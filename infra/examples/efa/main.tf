@@ -56,7 +56,7 @@ resource "aws_instance" "this" {
   instance_type                        = local.launch.instance_type
   key_name                             = local.launch.key_name
   placement_group                      = local.launch.placement_group
-  iam_instance_profile                 = local.launch.iam_instance_profile
+  iam_instance_profile                 = local.launch.iam_instance_profiles[each.key]
   user_data                            = local.launch.user_data
   instance_initiated_shutdown_behavior = local.launch.shutdown_behavior
   monitoring                           = local.launch.monitoring

@@ -1,15 +1,38 @@
-# An instance role for the hosts; with checkpoint_s3 it may read and write only under that bucket prefix.
+# One instance role per slot: every host of a cluster runs the same code, so what keeps a worker from overwriting
+# the chief's model dir is its own role. With checkpoint_s3 each role may list the prefix and read and write only
+# its own task's backups; only the chief's role may also write the model dir. The keys are trainer/s3.py's layout
+# below the job prefix the tf_job role gives each job (tf_job_checkpoint_s3 = PREFIX/<job>):
+#   PREFIX/<job>/backup/<task>/...  each task's backups (<task> = the slot name: chief-0, worker-1, ...)
+#   PREFIX/<job>/model/...          the chief's finished model dir
+# An S3 "*" also matches "/": "PREFIX/*/backup/worker-1/*" reaches deeper keys that contain
+# "/backup/worker-1/" too (which no reader looks at), so every other role carries an explicit Deny on model/.
 
 locals {
-  create_profile   = var.iam_instance_profile == null && var.create_instance_profile
-  instance_profile = var.iam_instance_profile != null ? var.iam_instance_profile : try(aws_iam_instance_profile.this[0].name, null)
-  checkpoint_arn   = var.checkpoint_s3 == null ? null : "arn:aws:s3:::${var.checkpoint_s3.bucket}"
+  create_profile = var.iam_instance_profile == null && var.create_instance_profile
+  role_slots     = local.create_profile ? local.slots : {}
+  # Slot name -> the instance profile its host gets (the given one for every host, or the slot's own).
+  instance_profiles = {
+    for name in keys(local.slots) : name => var.iam_instance_profile != null ? var.iam_instance_profile : try(aws_iam_instance_profile.this[name].name, null)
+  }
+  # The chief rule (tfcluster/contract.py chief_of): the chief task, else worker 0.
+  chief_slot = contains(keys(local.slots), "chief-0") ? "chief-0" : "worker-0"
+
+  checkpoint_arn  = var.checkpoint_s3 == null ? null : "arn:aws:s3:::${var.checkpoint_s3.bucket}"
+  checkpoint_keys = var.checkpoint_s3 == null ? null : "${local.checkpoint_arn}/${var.checkpoint_s3.prefix}"
+  # What each slot's role may read and write. The chief also owns model/ and backup/local-0/ (a one-host job under
+  # the mirrored strategy has no TF_CONFIG: the trainer calls its task local:0).
+  checkpoint_objects = var.checkpoint_s3 == null ? {} : {
+    for name in keys(local.slots) : name => concat(
+      ["${local.checkpoint_keys}/*/backup/${name}/*"],
+      name == local.chief_slot ? ["${local.checkpoint_keys}/*/model/*", "${local.checkpoint_keys}/*/backup/local-0/*"] : [],
+    )
+  }
 }
 
 resource "aws_iam_role" "this" {
-  count       = local.create_profile ? 1 : 0
+  for_each    = local.role_slots
   name_prefix = "${var.cluster_name}-"
-  description = "tfcluster ${var.cluster_name} hosts"
+  description = "tfcluster ${var.cluster_name} host ${each.key}"
   assume_role_policy = jsonencode({
     Version = "2012-10-17"
     Statement = [{
@@ -22,19 +45,19 @@ resource "aws_iam_role" "this" {
 }
 
 resource "aws_iam_instance_profile" "this" {
-  count       = local.create_profile ? 1 : 0
+  for_each    = local.role_slots
   name_prefix = "${var.cluster_name}-"
-  role        = aws_iam_role.this[0].name
+  role        = aws_iam_role.this[each.key].name
   tags        = local.common_tags
 }
 
 resource "aws_iam_role_policy" "checkpoints" {
-  count       = local.create_profile && var.checkpoint_s3 != null ? 1 : 0
+  for_each    = var.checkpoint_s3 == null ? {} : local.role_slots
   name_prefix = "checkpoints-"
-  role        = aws_iam_role.this[0].id
+  role        = aws_iam_role.this[each.key].id
   policy = jsonencode({
     Version = "2012-10-17"
-    Statement = [
+    Statement = concat([
       {
         Sid       = "ListCheckpointPrefix"
         Effect    = "Allow"
@@ -43,11 +66,18 @@ resource "aws_iam_role_policy" "checkpoints" {
         Condition = { StringLike = { "s3:prefix" = ["${var.checkpoint_s3.prefix}/*", var.checkpoint_s3.prefix] } }
       },
       {
-        Sid      = "ReadWriteCheckpoints"
+        Sid      = "ReadWriteOwnCheckpoints"
         Effect   = "Allow"
         Action   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
-        Resource = ["${local.checkpoint_arn}/${var.checkpoint_s3.prefix}/*"]
+        Resource = local.checkpoint_objects[each.key]
       },
-    ]
+      ], each.key == local.chief_slot ? [] : [
+      {
+        Sid      = "NeverTheChiefsModelDir"
+        Effect   = "Deny"
+        Action   = ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
+        Resource = ["${local.checkpoint_keys}/*/model/*"]
+      },
+    ])
   })
 }

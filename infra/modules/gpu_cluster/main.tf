@@ -142,7 +142,7 @@ resource "aws_instance" "this" {
   vpc_security_group_ids               = [aws_security_group.this.id]
   associate_public_ip_address          = local.public_ip
   placement_group                      = local.placement
-  iam_instance_profile                 = local.instance_profile
+  iam_instance_profile                 = local.instance_profiles[each.key]
   monitoring                           = var.monitoring
   ebs_optimized                        = true
   user_data                            = var.user_data
@@ -181,7 +181,7 @@ resource "aws_spot_instance_request" "this" {
   vpc_security_group_ids               = [aws_security_group.this.id]
   associate_public_ip_address          = local.public_ip
   placement_group                      = local.placement
-  iam_instance_profile                 = local.instance_profile
+  iam_instance_profile                 = local.instance_profiles[each.key]
   monitoring                           = var.monitoring
   ebs_optimized                        = true
   user_data                            = var.user_data

@@ -112,26 +112,26 @@ output "placement_group" {
   value       = try(aws_placement_group.this[0].name, null)
 }
 
-output "instance_profile" {
-  description = "Instance profile attached to the hosts, or null."
-  value       = local.instance_profile
+output "instance_profiles" {
+  description = "Slot name -> the instance profile attached to that host (one per slot, or the given iam_instance_profile for every host; null without one)."
+  value       = local.instance_profiles
 }
 
 output "launch" {
-  description = "What a root needs to launch the hosts itself (launch_instances = false): ami_id, instance_type, key_name, subnet_id, security_group_ids, placement_group, iam_instance_profile, user_data, shutdown_behavior, monitoring, metadata_hop_limit, root_volume { size, kms_key_id } and slot_tags (slot name -> tags)."
+  description = "What a root needs to launch the hosts itself (launch_instances = false): ami_id, instance_type, key_name, subnet_id, security_group_ids, placement_group, iam_instance_profiles (slot name -> profile), user_data, shutdown_behavior, monitoring, metadata_hop_limit, root_volume { size, kms_key_id } and slot_tags (slot name -> tags)."
   value = {
-    ami_id               = local.ami_id
-    instance_type        = var.instance_type
-    key_name             = local.key_name
-    subnet_id            = local.subnet_id
-    security_group_ids   = [aws_security_group.this.id]
-    placement_group      = local.placement
-    iam_instance_profile = local.instance_profile
-    user_data            = var.user_data
-    shutdown_behavior    = var.autostop_down
-    monitoring           = var.monitoring
-    metadata_hop_limit   = var.metadata_hop_limit
-    root_volume          = { size = var.root_volume_size, kms_key_id = var.root_volume_kms_key_id }
-    slot_tags            = local.slot_tags
+    ami_id                = local.ami_id
+    instance_type         = var.instance_type
+    key_name              = local.key_name
+    subnet_id             = local.subnet_id
+    security_group_ids    = [aws_security_group.this.id]
+    placement_group       = local.placement
+    iam_instance_profiles = local.instance_profiles
+    user_data             = var.user_data
+    shutdown_behavior     = var.autostop_down
+    monitoring            = var.monitoring
+    metadata_hop_limit    = var.metadata_hop_limit
+    root_volume           = { size = var.root_volume_size, kms_key_id = var.root_volume_kms_key_id }
+    slot_tags             = local.slot_tags
   }
 }

@@ -212,6 +212,17 @@ variable "spot" {
     condition     = var.spot.max_price == null || try(tonumber(var.spot.max_price) > 0, false)
     error_message = "spot.max_price must be a positive price in USD per hour as a string. Fix: write e.g. \"1.20\", or null for up to the on-demand price."
   }
+  validation {
+    condition     = !var.spot.enabled || var.checkpoint_s3 != null || var.spot_without_backups
+    error_message = "spot.enabled without checkpoint_s3: AWS may reclaim a spot host at any time, and a one-time spot request then terminates it with its root volume, so every backup on it is lost. Fix: set checkpoint_s3 = { bucket = \"my-training-bucket\", prefix = \"tfcluster/checkpoints\" } (each host mirrors its backups there and a re-run resumes from them), or set spot_without_backups = true to accept losing them, or turn spot off."
+  }
+}
+
+variable "spot_without_backups" {
+  description = "Allow spot hosts without checkpoint_s3. A reclaimed spot host is terminated with its root volume, so its backups are lost and a re-run starts over; by default spot needs checkpoint_s3."
+  type        = bool
+  default     = false
+  nullable    = false
 }
 
 variable "placement_group" {
@@ -422,14 +433,14 @@ variable "checkpoint_s3" {
 }
 
 variable "create_instance_profile" {
-  description = "Create an IAM role and instance profile for the hosts (with the checkpoint_s3 policy when set)."
+  description = "Create one IAM role and instance profile per slot (with the checkpoint_s3 policy when set: each host may write only its own backup/<slot>/ keys, and only the chief also model/)."
   type        = bool
   default     = true
   nullable    = false
 }
 
 variable "iam_instance_profile" {
-  description = "Existing instance profile name to use instead of creating one (create_instance_profile is then ignored)."
+  description = "Existing instance profile name for every host, instead of one created per slot (create_instance_profile is then ignored; what it may do in checkpoint_s3 is then yours to scope)."
   type        = string
   default     = null
 }

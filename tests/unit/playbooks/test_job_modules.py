@@ -3,10 +3,13 @@ finalized), job_info, job_preflight."""
 
 from __future__ import annotations
 
+import grp
 import json
+import os
 import socket
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +94,59 @@ def test_started_stopped_and_finalized(tmp_path: Path, capsys: pytest.CaptureFix
 def test_job_info_names_a_missing_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = run(job_info, {"spec": str(tmp_path / "x.json")}, capsys)
     assert out["failed"] and "x.json is missing or not a JSON object. Fix: render the job" in out["msg"]
+
+
+# --- the task's log (issue 18): 0640, root and the job's group, never through a symlink ------------------------------
+def test_rendered_creates_the_process_backends_log_0640_and_the_supervisor_keeps_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log, args = tmp_path / "log/t.log", render_args(tmp_path, ["/bin/sh", "-c", "echo up"])
+    assert str(log) in run(job, args, capsys, check=True)["written"]
+    assert not log.exists()
+    run(job, args, capsys)
+    assert stat.S_IMODE(log.stat().st_mode) == 0o640 and log.read_text() == ""
+    assert run(job, args, capsys)["changed"] is False
+    spec = str(tmp_path / "etc/t.json")
+    run(job, {"spec": spec, "state": "started"}, capsys)
+    for _ in range(100):
+        if "up" in log.read_text():
+            break
+        time.sleep(0.05)
+    assert "up" in log.read_text() and stat.S_IMODE(log.stat().st_mode) == 0o640
+
+
+def test_rendered_fixes_an_existing_logs_mode_keeping_its_lines(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "log/t.log"
+    log.parent.mkdir()
+    log.write_text("earlier run\n")
+    log.chmod(0o644)
+    assert run(job, render_args(tmp_path, ["/bin/true"]), capsys)["written"][-1] == str(log)
+    assert stat.S_IMODE(log.stat().st_mode) == 0o640 and log.read_text() == "earlier run\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="setting another group needs root")
+def test_rendered_gives_the_log_the_jobs_group(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    group = grp.getgrnam("nogroup")
+    run(job, render_args(tmp_path, ["/bin/true"], group=group.gr_name), capsys)
+    info = (tmp_path / "log/t.log").stat()
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, group.gr_gid, 0o640)
+
+
+def test_rendered_refuses_a_symlinked_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("root's\n")
+    victim.chmod(0o600)
+    (tmp_path / "log").mkdir()
+    (tmp_path / "log/t.log").symlink_to(victim)
+    out = run(job, render_args(tmp_path, ["/bin/true"]), capsys)
+    assert out["failed"] and f"{tmp_path}/log/t.log (the job's log) is not a regular file" in out["msg"]
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600 and victim.read_text() == "root's\n"
+
+
+def test_rendered_for_systemd_leaves_the_log_to_the_journal(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    run(job, render_args(tmp_path, ["/bin/true"], unit="[Service]\n", unit_path=str(tmp_path / "t.service")), capsys)
+    assert not (tmp_path / "log/t.log").exists()
 
 
 # --- job_preflight --------------------------------------------------------------------------------------------------

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tfcluster import contract
 from tfcluster.failure import summarize
 from tfcluster.host import jobspec
-from tfcluster.wait import DONE_DECISION, FAILED_DECISION, STALLED, Settings, decide, remembered_state
+from tfcluster.wait import DECISIONS, DONE_DECISION, FAILED_DECISION, STALLED, Settings, decide, remembered_state
 
 RUNNING, SUCCEEDED, PREEMPTED, TIMEOUT = jobspec.RUNNING, jobspec.SUCCEEDED, jobspec.PREEMPTED, jobspec.TIMEOUT
 STOPPED, INACTIVE, FAILED, LOST = jobspec.STOPPED, jobspec.INACTIVE, jobspec.FAILED, jobspec.LOST
 SETTINGS = Settings(chief="w0", require_done=True, timeout=3600, stall_timeout=600)
 
 
-def ok(state: str, **more: Any) -> dict[str, Any]:
+def ok(state: Any, **more: Any) -> dict[str, Any]:
     return {"status": {"state": state, "restarts": 0, "log_tail": ["last line"], "now": 1000.0, **more}}
 
 
@@ -180,3 +184,91 @@ def test_the_summary_keeps_only_the_first_line_of_a_long_message() -> None:
 
 def test_exit_codes_come_from_the_contract() -> None:
     assert str(contract.EXIT_PREEMPTED) in run(ok(RUNNING), ok(PREEMPTED))["message"]
+
+
+# --- any answer, any type (issue 18): the decision stays computable, the malformed host is the culprit ------------
+@pytest.mark.parametrize(("second", "says"), [
+    ({"status": [1, 2]}, "host status unreadable: the status is a list, not a JSON object"),
+    ({"status": "running"}, "host status unreadable: the status is a string, not a JSON object"),
+    ([1, 2], "host status unreadable: the poll answer is a list, not a JSON object"),
+    (None, "host status unreadable: the poll answer is null, not a JSON object"),
+    (ok(3), "host status unreadable: state is 3, not a job state"),
+    (ok("sleeping"), 'host status unreadable: state is "sleeping", not a job state'),
+    (ok(RUNNING, progress="x"), 'host status unreadable: progress is "x", not an object or null'),
+    (ok(RUNNING, now="x"), 'host status unreadable: now is "x", not a number or null'),
+    (ok(RUNNING, now=float("nan")), "host status unreadable: now is NaN, not a number or null"),
+    (ok(RUNNING, progress_mtime=[1]), "host status unreadable: progress_mtime is [1], not a number or null"),
+    (ok(RUNNING, started_at=True), "host status unreadable: started_at is true, not a number or null"),
+    (ok(RUNNING, restarts="3"), 'host status unreadable: restarts is "3", not a whole number or null'),
+    (ok(FAILED, exit_code=1.5), "host status unreadable: exit_code is 1.5, not a whole number or null"),
+    (ok(RUNNING, log_tail="line"), 'host status unreadable: log_tail is "line", not a list of strings or null'),
+    (ok(RUNNING, log_tail=[1]), "host status unreadable: log_tail is [1], not a list of strings or null"),
+    (ok(SUCCEEDED, done="yes"), 'host status unreadable: done is "yes", not true/false or null'),
+    (ok(RUNNING, model_dir=7), "host status unreadable: model_dir is 7, not a string or null"),
+])
+def test_a_malformed_answer_fails_the_job_naming_the_host(second: Any, says: str) -> None:
+    out = run(ok(RUNNING), second)
+    assert (out["decision"], out["culprit"]) == (FAILED_DECISION, "w1")
+    assert says in out["message"], out["message"]
+    assert [task["host"] for task in out["tasks"]] == ["w0", "w1"]
+    assert out["tasks"][1]["state"] == "status unreadable"
+
+
+def test_a_malformed_previous_round_is_ignored() -> None:
+    seen = {"w0": {"state": 3, "since": "x", "marks": {}}, "w1": [1]}
+    out = run(ok(RUNNING), ok(RUNNING), seen=seen)  # type: ignore[arg-type]
+    assert out["decision"] == RUNNING and out["seen"]["w0"]["since"] == 1000.0
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                  max_size=4),
+                    max_leaves=12)
+FIELDS = {"state": st.sampled_from(contract.JOB_STATES),
+          "now": st.floats(0, 2e9), "progress_mtime": st.none() | st.floats(0, 2e9),
+          "log_mtime": st.none() | st.floats(0, 2e9), "started_at": st.none() | st.floats(0, 2e9),
+          "restarts": st.integers(0, 10), "exit_code": st.none() | st.integers(-1, 255),
+          "done": st.booleans(), "model_dir": st.just("/m"), "log_tail": st.lists(st.text(max_size=8), max_size=3),
+          "progress": st.none() | st.dictionaries(st.sampled_from(["state", "epoch", "step", "loss"]), JSON,
+                                                  max_size=4)}
+GOOD = st.fixed_dictionaries(FIELDS).map(lambda status: {"status": status})
+# Wrong on purpose: not an object, a status that is no object, or one field of a good status of the wrong type.
+WRONG_TYPE = {"state": JSON.filter(lambda v: v not in contract.JOB_STATES),
+              "now": st.text() | st.lists(JSON) | st.booleans() | st.just(float("nan")),
+              "progress": st.text() | st.integers() | st.lists(JSON, min_size=1),
+              "restarts": st.text() | st.floats() | st.booleans(),
+              "log_tail": st.text() | st.lists(st.integers() | st.none(), min_size=1)}
+BROKEN = (JSON.filter(lambda v: not isinstance(v, dict))
+          | JSON.filter(lambda v: not isinstance(v, dict)).map(lambda v: {"status": v})
+          | st.tuples(GOOD, st.sampled_from(sorted(WRONG_TYPE)), st.data()).map(
+              lambda t: {"status": {**t[0]["status"], t[1]: t[2].draw(WRONG_TYPE[t[1]])}}))
+FUZZ = hypothesis.settings(max_examples=300, deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow])
+
+
+def decide_all(polls: list[Any], seen: dict | None = None) -> dict[str, Any]:
+    hosts = [f"h{i}" for i in range(len(polls))]
+    return decide(dict(zip(hosts, polls, strict=True)), {h: f"worker:{i}" for i, h in enumerate(hosts)}, seen or {},
+                  now=1000.0, started=900.0, settings=Settings(chief="h0", stall_timeout=5))
+
+
+@FUZZ
+@given(st.lists(JSON, min_size=1, max_size=4), st.lists(JSON, min_size=1, max_size=4))
+def test_decide_never_raises_on_any_json(first: list[Any], second: list[Any]) -> None:
+    out = decide_all(first)
+    assert out["decision"] in DECISIONS
+    json.dumps(out)  # the progress and decision events are JSON
+    again = decide_all(second[:len(first)] + first[len(second):], seen=out["seen"])
+    assert again["decision"] in DECISIONS
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.booleans(), GOOD, BROKEN), min_size=1, max_size=4))
+def test_a_malformed_host_is_the_culprit_of_a_failed_decision(hosts: list[tuple[bool, Any, Any]]) -> None:
+    polls = [broken if is_broken else good for is_broken, good, broken in hosts]
+    out = decide_all(polls)
+    assert out["decision"] in DECISIONS
+    broken = {f"h{i}" for i, (is_broken, _, _) in enumerate(hosts) if is_broken}
+    if broken:
+        assert out["decision"] == FAILED_DECISION
+        assert out["culprit"] == min(broken, key=lambda h: int(h[1:]))  # the first in slot order
+        assert "status unreadable" in out["message"]

@@ -11,7 +11,10 @@ from types import ModuleType
 from typing import Any
 from unittest import mock
 
+import hypothesis
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tfcluster import contract, events
 from tfcluster.host import jobspec, supervisor
@@ -142,3 +145,60 @@ def test_once_polls_once(tmp_path: Path) -> None:
     finally:
         supervisor.stop(spec)
     assert result["decision"] == "running" and result["tasks"][0]["state"] == jobspec.RUNNING
+
+
+# --- any answer (issue 18): a malformed one is a failed, named host, and the wait goes on to its decision ----------
+def answering(tmp_path: Path, answer: str) -> dict[str, Any]:
+    """A host whose status command prints ``answer`` (a stand-in python on the far side of the fake ssh)."""
+    python = tmp_path / "answer.sh"
+    python.write_text(f"#!/bin/sh\ncat <<'EOF'\n{answer}\nEOF\n")
+    python.chmod(0o755)
+    return {"slot": "worker:1", "spec": "/etc/tfcluster/j.json", "python": str(python), "pythonpath": str(REPO),
+            "reach": {"name": "h", "connection": "ssh", "host": "h"}}
+
+
+@pytest.mark.parametrize(("answer", "says"), [
+    ("[1, 2]", "the answer is a list, not a JSON object: [1, 2]"),
+    ("3", "the answer is a number, not a JSON object: 3"),
+    ('"running"', 'the answer is a string, not a JSON object: "running"'),
+    ("null", "the answer is null, not a JSON object: null"),
+    ('{"error": 5}', 'no state in {"error": 5}'),
+    ('{"nothing": "here"}', 'no state in {"nothing": "here"}'),
+    ("not json \x1b[2J", "rc=0: not json \\x1b[2J"),
+])
+def test_poll_turns_a_malformed_answer_into_an_error(tmp_path: Path, fake_ssh: Path, answer: str, says: str) -> None:
+    out = wait.poll(answering(tmp_path, answer), 5, 30)
+    assert set(out) == {"error"} and says in out["error"], out
+
+
+@pytest.mark.parametrize(("answer", "says"), [
+    ('{"state": 3}', "host status unreadable: state is 3, not a job state"),
+    ('{"state": "running", "progress": "x"}', 'host status unreadable: progress is "x", not an object or null'),
+    ('{"state": "running", "now": "x"}', 'host status unreadable: now is "x", not a number or null'),
+    ("[1]", "host status unreadable: rc=0: the answer is a list, not a JSON object: [1]"),
+])
+def test_a_malformed_answer_fails_the_wait_naming_the_host(tmp_path: Path, fake_ssh: Path, answer: str,
+                                                           says: str) -> None:
+    spec = task_spec(tmp_path, "o", "sleep 30")
+    supervisor.start(spec)
+    try:
+        result = action({"targets": {"bad": answering(tmp_path, answer), "o": target(spec, "worker:0")},
+                         "chief_host": "o", "interval": 0.2}).run(task_vars={})
+    finally:
+        supervisor.stop(spec)
+    assert (result["decision"], result["culprit"]) == ("failed", "bad")
+    assert says in result["message"], result["message"]
+    assert result["log_tail"] == [] and result["error"] is None
+    assert [t["host"] for t in result["tasks"]] == ["o", "bad"]
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@given(st.integers(-1, 255), st.text(max_size=200) | st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["state", "error", "x"]), inner,
+                                                                max_size=3), max_leaves=8).map(json.dumps),
+    st.text(max_size=50))
+def test_parse_answer_never_raises(returncode: int, stdout: str, stderr: str) -> None:
+    out = wait.parse_answer(returncode, stdout, stderr)
+    assert (set(out) == {"status"} and isinstance(out["status"], dict) and "state" in out["status"]) or (
+        set(out) == {"error"} and isinstance(out["error"], str))

@@ -5,6 +5,10 @@ alone without downloading them: metadata-only stand-in wheels, generated from th
 requirements (recorded in requirements-gpu.metadata.json by `python -m tfcluster.lock compile`), go into a
 directory that pip resolves from with --no-index. An opt-in test (TFCLUSTER_REAL_GPU_WHEELHOUSE=1) does the same with
 the real wheels.
+
+A SCRIPT's requirements must be such a lock too, without the runtime's packages: refused before anything runs
+otherwise, and `make lock SCRIPT_REQUIREMENTS=FILE` writes one (compiled here offline, against hand-made wheels).
+The control machine's ranges have a committed lock beside them.
 """
 
 from __future__ import annotations
@@ -12,17 +16,24 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.markers import Marker
 from packaging.requirements import Requirement
 
-from tfcluster import lock, wheelhouse
+from tfcluster import cli, lock, release, wheelhouse
 
 METADATA = json.loads(lock.GPU_METADATA.read_text())
+MAKE_WHEEL = lock.REPO / "molecule" / "default" / "make_wheel.py"  # writes tfcluster_probe-1.0, a real wheel
+HASH = "0123456789abcdef" * 4
+ENTRY = f"tabulate==0.10.0 \\\n    --hash=sha256:{HASH}\n"
+needs_uv = pytest.mark.skipif(not (Path(sys.executable).parent / "uv").exists() and shutil.which("uv") is None,
+                              reason="uv is not installed (requirements-dev.txt pins it)")
 
 
 def pins(path: Path) -> dict[str, set[str]]:
@@ -153,3 +164,130 @@ def test_the_real_gpu_wheelhouse_installs_air_gapped(tmp_path: Path) -> None:
                            "--find-links", str(dest), "--require-hashes", "--no-deps", "-r", str(lock.GPU_LOCK)],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# --- a SCRIPT's requirements ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "expected"), [
+    ("tabulate\n", "line 1 ('tabulate') is not NAME==VERSION with --hash=sha256"),
+    ("tabulate==0.10.0\n", "line 1 ('tabulate==0.10.0') is not NAME==VERSION with --hash=sha256"),
+    (f"tabulate>=0.9 --hash=sha256:{HASH}\n", "is not NAME==VERSION"),
+    (f"tabulate==0.10.0 --hash=md5:{HASH[:32]}\n", "is not NAME==VERSION"),
+    (f"tabulate @ https://example.invalid/tabulate.whl --hash=sha256:{HASH}\n", "is not NAME==VERSION"),
+    (f"-r more.txt\n{ENTRY}", "line 1 ('-r more.txt')"),
+    (f"--index-url https://example.invalid/simple\n{ENTRY}", "line 1 ('--index-url https://example.invalid/simple')"),
+    (f"{ENTRY}--extra-index-url https://example.invalid/simple\n", "line 3 ('--extra-index-url"),
+    (f"{ENTRY}-e ./src\n", "line 3 ('-e ./src')"),
+    (f"numpy==2.4.6 \\\n    --hash=sha256:{HASH}\n{ENTRY}", "pins numpy, which the runtime already provides"),
+    (f"Six==1.17.0 --hash=sha256:{HASH}\n", "pins six, which the runtime already provides"),
+])
+def test_a_script_requirements_file_that_is_not_a_clean_lock_is_refused_with_the_fix(
+        tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "requirements.txt"
+    path.write_text(text)
+    problem = lock.script_lock_problem(path)
+    assert problem is not None and problem.field == "SCRIPT_REQUIREMENTS"
+    assert expected in problem.message and str(path) in problem.message, problem
+    assert f"run `make lock SCRIPT_REQUIREMENTS={path}`" in problem.fix
+    assert f"pass SCRIPT_REQUIREMENTS={path}.lock" in problem.fix
+
+
+@pytest.mark.parametrize("text", [
+    ENTRY,
+    f"# a header\n{ENTRY}    # via -r requirements.txt\n\n",
+    f"tabulate[widechars]==0.10.0 ; python_full_version >= '3.10' \\\n    --hash=sha256:{HASH} \\\n"
+    f"    --hash=sha256:{HASH[::-1]}\n",
+    "# (no entries: the runtime provides every package asked for)\n",
+])
+def test_a_hashed_lock_of_packages_the_runtime_lacks_is_accepted(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "requirements.txt.lock"
+    path.write_text(text)
+    assert lock.script_lock_problem(path) is None
+
+
+def test_the_fix_for_a_broken_lock_names_the_file_it_was_made_from(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("tabulate\n")
+    (tmp_path / "requirements.txt.lock").write_text("tabulate==0.10.0\n")
+    problem = lock.script_lock_problem(tmp_path / "requirements.txt.lock")
+    assert problem is not None and f"make lock SCRIPT_REQUIREMENTS={tmp_path / 'requirements.txt'}`" in problem.fix
+
+
+def test_a_script_requirements_without_hashes_is_refused_before_anything_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The bug: the file was pip-installed, unhashed, as root into the shared runtime venv."""
+    path = tmp_path / "requirements.txt"
+    path.write_text("tabulate\n")
+    code = cli.main(["train"], env={"SCRIPT_REQUIREMENTS": "requirements.txt", "PWD": str(tmp_path)})
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"SCRIPT_REQUIREMENTS: {path} is not hash-pinned" in err
+    assert f"make lock SCRIPT_REQUIREMENTS={path}" in err and err.rstrip().endswith("Nothing was started.")
+
+
+def test_the_release_refuses_an_unhashed_requirements_file_for_playbook_runs(tmp_path: Path) -> None:
+    """ansible-playbook without the `tfcluster` command: the staging (host_ready, trainer) refuses it first."""
+    path = tmp_path / "requirements.txt"
+    path.write_text("tabulate\n")
+    with pytest.raises(release.ReleaseError, match=r"is not hash-pinned.*make lock SCRIPT_REQUIREMENTS="):
+        release.release_sources(lock.REPO, requirements=str(path))
+    path.write_text(ENTRY)
+    assert ("user/requirements.txt", path) in release.release_sources(lock.REPO, requirements=str(path))
+
+
+@needs_uv
+def test_the_lock_of_a_small_requirements_file_has_hashes_and_leaves_the_runtime_out(tmp_path: Path) -> None:
+    links = tmp_path / "links"  # an index of two wheels: offline, like the wheelhouse
+    links.mkdir()
+    subprocess.run([sys.executable, str(MAKE_WHEEL), str(links)], check=True)
+    (six_version,) = pins(lock.CPU_LOCK)["six"]
+    stand_in(links, "six", six_version, [])
+    source = tmp_path / "requirements.txt"
+    source.write_text("tfcluster-probe\nsix\n")
+    out = lock.compile_script_lock(source, index=("--no-index", "--find-links", str(links)))
+    assert out == tmp_path / "requirements.txt.lock"
+    entries, bad = lock.script_entries(out.read_text())
+    wheel = links / "tfcluster_probe-1.0-py3-none-any.whl"
+    assert bad == [] and [(p.name, p.version) for p in entries] == [("tfcluster-probe", "1.0")]  # six: the runtime's
+    assert entries[0].hashes == {hashlib.sha256(wheel.read_bytes()).hexdigest()}
+    assert lock.script_lock_problem(out) is None
+    assert "make lock SCRIPT_REQUIREMENTS=requirements.txt" in out.read_text()
+
+
+def test_make_lock_reads_the_requirements_file_from_the_environment(tmp_path: Path) -> None:
+    (tmp_path / "req.txt").write_text("tabulate\n")
+    assert lock.script_requirements_arg(None, {"SCRIPT_REQUIREMENTS": "req.txt", "PWD": str(tmp_path)}) == \
+        tmp_path / "req.txt"
+    with pytest.raises(lock.LockError, match=r"make lock SCRIPT_REQUIREMENTS=path/to/requirements\.txt"):
+        lock.script_requirements_arg(None, {})
+
+
+def test_make_lock_checks_the_runtime_locks_for_wheels_on_every_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hosts install with --only-binary :all:: `make lock` asks uv for a wheel of every pin per host target."""
+    calls: list[list[str]] = []
+
+    def fake_run(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        platform = argv[argv.index("--python-platform") + 1]
+        failed = platform.startswith("aarch64") and "3.12" in argv
+        return subprocess.CompletedProcess(argv, 1 if failed else 0, "", "  Because foo==1 has no wheels with a "
+                                           "matching platform tag and you require foo==1, ..." if failed else "")
+    monkeypatch.setattr(lock.subprocess, "run", fake_run)
+    missing = lock.missing_wheels(lock.CPU_LOCK)
+    assert len(calls) == len(lock.HOST_PYTHONS) * len(lock.HOST_PLATFORMS)
+    assert all({"--only-binary", ":all:", "--no-deps"} <= set(argv) for argv in calls)
+    assert missing == ["Python 3.12 aarch64-manylinux_2_35: Because foo==1 has no wheels with a matching platform tag "
+                       "and you require foo==1, ..."]
+
+
+# --- the control machine's lock ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("python", ["3.10", "3.11", "3.12", "3.13"])
+def test_the_control_lock_pins_each_range_of_requirements_control_with_hashes(python: str) -> None:
+    wanted = [Requirement(line) for _, line in lock.logical_lines(lock.CONTROL_IN.read_text())]
+    environment = {"python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux",
+                   "platform_python_implementation": "CPython", "implementation_name": "cpython"}
+    chosen: dict[str, list[str]] = {}
+    for pin in lock.read_lock(lock.CONTROL_LOCK):  # raises on an entry without --hash
+        if not pin.marker or Marker(pin.marker).evaluate(environment):
+            chosen.setdefault(pin.name, []).append(pin.version)
+    assert all(len(versions) == 1 for versions in chosen.values()), chosen
+    for req in wanted:
+        assert req.specifier.contains(chosen[lock.normalise(req.name)][0], prereleases=True), (req, chosen)

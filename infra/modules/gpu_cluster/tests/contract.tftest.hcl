@@ -66,9 +66,10 @@ run "spot_instances_get_every_tag" {
   command = plan
 
   variables {
-    spot          = { enabled = true }
-    autostop_down = "terminate"
-    expires_at    = "2030-01-31T18:00:00Z"
+    spot                 = { enabled = true }
+    spot_without_backups = true
+    autostop_down        = "terminate"
+    expires_at           = "2030-01-31T18:00:00Z"
   }
 
   assert {

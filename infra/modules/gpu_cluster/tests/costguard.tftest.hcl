@@ -51,6 +51,7 @@ run "spot_terminates" {
   variables {
     spot          = { enabled = true }
     autostop_down = "terminate"
+    checkpoint_s3 = { bucket = "my-bucket", prefix = "tfcluster/ckpt" }
   }
 
   assert {

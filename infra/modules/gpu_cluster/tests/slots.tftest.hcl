@@ -148,8 +148,8 @@ run "spot_placement_existing_subnet" {
     error_message = "an existing subnet_id is used and no VPC is created"
   }
   assert {
-    condition     = length(aws_iam_role_policy.checkpoints) == 1 && strcontains(aws_iam_role_policy.checkpoints[0].policy, "arn:aws:s3:::my-bucket/ckpt/run1/*")
-    error_message = "checkpoint_s3 grants access under the prefix only"
+    condition     = length(aws_iam_role_policy.checkpoints) == 2 && alltrue([for p in aws_iam_role_policy.checkpoints : alltrue([for s in jsondecode(p.policy).Statement : alltrue([for r in s.Resource : startswith(r, "arn:aws:s3:::my-bucket/ckpt/run1/") || r == "arn:aws:s3:::my-bucket"])])])
+    error_message = "checkpoint_s3 grants access under the prefix only, one policy per slot"
   }
 }
 

@@ -220,7 +220,10 @@ run "autostop_down_unknown" {
 
 run "spot_cannot_stop" {
   command = plan
-  variables { spot = { enabled = true } }
+  variables {
+    spot                 = { enabled = true }
+    spot_without_backups = true
+  }
   expect_failures = [var.autostop_down]
 }
 
@@ -287,7 +290,17 @@ run "tf_port_too_high" {
 run "spot_price_not_a_number" {
   command = plan
   variables {
-    spot          = { enabled = true, max_price = "cheap" }
+    spot                 = { enabled = true, max_price = "cheap" }
+    autostop_down        = "terminate"
+    spot_without_backups = true
+  }
+  expect_failures = [var.spot]
+}
+
+run "spot_without_checkpoint_s3" {
+  command = plan
+  variables {
+    spot          = { enabled = true }
     autostop_down = "terminate"
   }
   expect_failures = [var.spot]

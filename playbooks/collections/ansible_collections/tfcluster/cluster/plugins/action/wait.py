@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import subprocess
 import time
 from collections.abc import Mapping
@@ -23,13 +24,14 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from tfcluster import events
-from tfcluster.contract import SLOT_ORDER
+from tfcluster.contract import SLOT_ORDER, is_digits
 from tfcluster.failure import summarize
 from tfcluster.host import jobstatus
 from tfcluster.host.jobspec import JobError
 from tfcluster.reach import Reach, ReachError
+from tfcluster.text import printable
 from tfcluster.view import task_line
-from tfcluster.wait import OVER, RUNNING, Settings, decide
+from tfcluster.wait import OVER, RUNNING, Settings, decide, kind, log_lines, shown
 
 DOCUMENTATION = r"""
 name: wait
@@ -119,13 +121,59 @@ def slot_key(slot: str) -> tuple[int, int]:
     """Slot order (contract.SLOT_ORDER, then index) of a ``type:index`` slot."""
     task_type, _, index = str(slot).partition(":")
     order = SLOT_ORDER.index(task_type) if task_type in SLOT_ORDER else len(SLOT_ORDER)
-    return order, int(index) if index.isdigit() else 0
+    return order, int(index) if is_digits(index) else 0
 
 
 def status_words(target: Mapping[str, Any], lines: int) -> list[str]:
     words = ["env", f"PYTHONPATH={target['pythonpath']}", target["python"], "-m", "tfcluster.host.jobstatus",
              "status", target["spec"], "--lines", str(lines)]
     return words + (["--unit", target["unit"]] if target.get("unit") else [])
+
+
+STDOUT_LIMIT = 1024 * 1024  # bytes of a host's status answer read (one JSON line; its log tail is 64 KiB at most)
+STDERR_LIMIT = 64 * 1024  # bytes of its stderr read (ssh's last line says why it failed)
+STDERR_GRACE = 1.0  # seconds stderr may stay open once the command ended and closed stdout (an ssh master's)
+
+
+def read_bounded(argv: list[str], timeout: float) -> tuple[int, str, str, bool]:
+    """Run ``argv``: (exit status, stdout, stderr, whether stdout was over STDOUT_LIMIT). At most STDOUT_LIMIT and
+    STDERR_LIMIT bytes are kept (the rest is read and dropped: the command never blocks on a full pipe), decoded
+    with U+FFFD for a bad byte. subprocess.TimeoutExpired (the command killed) after ``timeout`` s."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    limits = {proc.stdout: STDOUT_LIMIT, proc.stderr: STDERR_LIMIT}
+    over, deadline = False, time.monotonic() + timeout
+    try:
+        with selectors.DefaultSelector() as selector:
+            for pipe in kept:
+                selector.register(pipe, selectors.EVENT_READ)
+            while selector.get_map():
+                ended = proc.stdout not in selector.get_map() and proc.poll() is not None
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(argv, timeout)
+                ready = selector.select(min(left, STDERR_GRACE) if ended else left)
+                if not ready and ended:
+                    break
+                for key, _ in ready:
+                    chunk = os.read(key.fd, 64 * 1024)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        continue
+                    buffer, pipe = kept[key.fileobj], key.fileobj
+                    room = max(0, limits[pipe] - len(buffer))
+                    buffer += chunk[:room]
+                    over = over or (pipe is proc.stdout and len(chunk) > room)
+        code = proc.wait(max(0.1, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    out, err = (bytes(kept[pipe]).decode("utf-8", "replace") for pipe in (proc.stdout, proc.stderr))
+    return code, out, err, over
 
 
 def poll(target: Mapping[str, Any], lines: int, timeout: float) -> dict[str, Any]:
@@ -141,18 +189,33 @@ def poll(target: Mapping[str, Any], lines: int, timeout: float) -> dict[str, Any
             return {"error": str(error)}
     try:
         argv = reach.argv(status_words(target, lines), extra_ssh_options=CONTROL)
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        returncode, stdout, stderr, over = read_bounded(argv, timeout)
     except (ReachError, OSError) as error:
         return {"error": str(error), "unreachable": True}
     except subprocess.TimeoutExpired:
         return {"error": f"no answer within {timeout:.0f} s", "unreachable": True}
-    if proc.returncode == 255:
-        return {"error": (proc.stderr.strip().splitlines() or ["ssh failed"])[-1], "unreachable": True}
+    if returncode == 255:
+        return {"error": printable((stderr.strip().splitlines() or ["ssh failed"])[-1], 400), "unreachable": True}
+    if over:
+        return {"error": f"its status answer is over {STDOUT_LIMIT // 1024} KiB, not read further (a host runs "
+                         "tfcluster.host.jobstatus: its answer is one JSON line). Fix: check the release on the host "
+                         "(make train re-deploys it)"}
+    return parse_answer(returncode, stdout, stderr)
+
+
+def parse_answer(returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
+    """A host's status answer (its last stdout line), any text: {"status": a JSON object with a ``state``} or
+    {"error": text}. The status's fields are checked by tfcluster.wait.decide (status_problem)."""
     try:
-        data = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"error": f"rc={proc.returncode}: {(proc.stderr or proc.stdout).strip()[-400:]}"}
-    return {"status": data} if "state" in data else {"error": str(data.get("error", data))}
+        data = json.loads(stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError, RecursionError):
+        return {"error": f"rc={returncode}: {printable((stderr or stdout).strip()[-400:])}"}
+    if not isinstance(data, dict):
+        return {"error": f"rc={returncode}: the answer is {kind(data)}, not a JSON object: {shown(data)}"}
+    if "state" in data:
+        return {"status": data}
+    error = data.get("error")
+    return {"error": printable(error, 400) if isinstance(error, str) else f"rc={returncode}: no state in {shown(data)}"}
 
 
 class ActionModule(ActionBase):
@@ -191,9 +254,9 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def show(job: str, out: Mapping[str, Any]) -> None:
-        display.display(f"[{out['elapsed']:.0f}s] job {job}: {out['decision']}")
+        display.display(f"[{out['elapsed']:.0f}s] job {printable(job)}: {printable(out['decision'])}")
         for task in out["tasks"]:
-            display.display("  " + task_line(task))
+            display.display("  " + task_line(task))  # task_line escapes what the host wrote
 
     def verdict(self, out: Mapping[str, Any], targets: Mapping[str, Any],
                 polls: Mapping[str, Any]) -> dict[str, Any]:
@@ -201,10 +264,8 @@ class ActionModule(ActionBase):
         log_tail: list[str] = []
         error = None
         if culprit in targets and out["decision"] in OVER:
-            status = (polls.get(culprit) or {}).get("status") or {}
-            log_tail = list(status.get("log_tail") or [])
-            longer = poll(targets[culprit], SUMMARY_LINES, 60.0).get("status") or {}
-            error = summarize(longer.get("log_tail") or log_tail)
+            log_tail = log_lines((polls.get(culprit) or {}).get("status"))
+            error = summarize(log_lines(poll(targets[culprit], SUMMARY_LINES, 60.0).get("status")) or log_tail)
         events.emit("decision", decision=out["decision"], culprit=culprit, message=out["message"],
                     log_tail=log_tail, error=error)
         return {"changed": False, "decision": out["decision"], "culprit": culprit, "message": out["message"],

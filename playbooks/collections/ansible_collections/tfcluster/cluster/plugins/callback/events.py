@@ -38,6 +38,7 @@ class CallbackModule(CallbackBase):
         from tfcluster import events
 
         self._emit = events.emit
+        self._notice_tag = events.NOTICE_TAG
         self._play: str | None = None
         self._started = 0.0
         self._failed = False
@@ -61,6 +62,10 @@ class CallbackModule(CallbackBase):
         message = res.get("msg") or res.get("stderr") or res.get("reason") or what
         self._emit("task_failed", host=result._host.get_name(), task=result._task.get_name().strip(),
                    msg=str(message)[-MAX_MESSAGE:], unreachable=what == "unreachable")
+
+    def v2_runner_on_ok(self, result: Any) -> None:
+        if self._notice_tag in (getattr(result._task, "tags", None) or ()) and result._result.get("msg"):
+            self._emit("notice", host=result._host.get_name(), msg=str(result._result["msg"])[-MAX_MESSAGE:])
 
     def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
         if not ignore_errors:

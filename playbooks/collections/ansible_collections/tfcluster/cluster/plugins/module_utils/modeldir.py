@@ -15,12 +15,14 @@ from typing import Any
 
 try:
     from tfcluster.contract import DONE, MANIFEST
-    from tfcluster.files import ManifestError, parse_manifest
+    from tfcluster.files import ManifestError, parse_manifest, quote_name, rel_problem
 except ImportError:  # inside an Ansible module
     from ansible_collections.tfcluster.cluster.plugins.module_utils.contract import DONE, MANIFEST  # type: ignore
     from ansible_collections.tfcluster.cluster.plugins.module_utils.files import (  # type: ignore
         ManifestError,
         parse_manifest,
+        quote_name,
+        rel_problem,
     )
 
 MAX_MANIFEST_BYTES = 16 << 20
@@ -87,12 +89,26 @@ def _entries(text: str, where: str) -> list[tuple[str, str]]:
         raise ModelDirError(f"{where}/{str(error).split(': ', 1)[0]}") from None
 
 
+def _checked_optional(optional: Iterable[str]) -> list[str]:
+    """The optional names, each a plain path inside the model dir (the name rule of tfcluster.files); a name that
+    could leave it is refused before anything is opened."""
+    names = list(optional)
+    for name in names:
+        problem = rel_problem(name)
+        if problem is not None:
+            raise ModelDirError(f"the optional name {quote_name(name)} is not a plain path inside the model dir "
+                                f"({problem}). Fix: list names relative to the model dir in collector_optional_files")
+    return names
+
+
 def describe(model_dir: str, optional: Iterable[str] = ()) -> dict[str, Any]:
     """What the collector needs of a model dir: DONE, the manifest, every listed file's size (regular files only).
 
     Returns ``{done, manifest, manifest_sha256, files: [{path, sha256, size}], optional: [{path, size}],
     problems: [str], total_bytes}``; ``done`` False (and nothing else read) when DONE or the dir itself is missing
-    (a job that never ran there, or a dry run)."""
+    (a job that never ran there, or a dry run). Every name, listed or optional, passes the name rule of
+    tfcluster.files (relative, no '..', no control character), or ModelDirError."""
+    optional = _checked_optional(optional)
     not_done: dict[str, Any] = {"done": False, "manifest": "", "manifest_sha256": "", "files": [], "optional": [],
                                 "problems": [], "total_bytes": 0}
     try:

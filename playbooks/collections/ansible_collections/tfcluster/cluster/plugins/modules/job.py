@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import grp
 import json
 import os
+import stat
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
@@ -19,6 +21,9 @@ description:
   - C(rendered) writes the job's directories, its environment file and spec (mode 0640, owner root, the job's
     group - the job's user reads them, nobody else) and, for the systemd backend, its unit. A file is rewritten only
     when its content or mode differs; C(unit_changed) says whether systemd must reload.
+  - For the process backend (no C(unit)) it also creates the task's log file, empty, mode 0640, owner root, the
+    job's group (the supervisor appends to it), or sets an existing log's mode and group - never its content, never
+    through a symlink. The systemd backend logs to the journal.
   - C(started) starts the task as a supervised background process (hosts without systemd, local slots) unless its
     supervisor runs already; run as root, the supervisor drops the task to the spec's user.
   - C(stopped) sends SIGTERM (SIGKILL after the spec's stop_timeout); a no-op when nothing runs.
@@ -90,6 +95,9 @@ files:
 """
 
 
+LOG_MODE = 0o640  # the task's log: root writes it (the supervisor), the job's group reads it, nobody else
+
+
 def _read(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -122,6 +130,38 @@ class Renderer:
             if self.root and owner:
                 self.module.set_owner_if_different(path, owner, False)
                 self.module.set_group_if_different(path, group or owner, False)
+
+    def log_file(self, path: str, group: str | None = None) -> None:
+        """The process backend's log: created empty (LOG_MODE, the job's group), else its mode and group set; its
+        content is never touched and no symlink is followed."""
+        try:
+            info: os.stat_result | None = os.lstat(path)
+        except FileNotFoundError:
+            info = None
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            self.module.fail_json(msg=f"{path} (the job's log) is not a regular file (a symlink, a FIFO or a "
+                                      "directory). Fix: remove it; the job module creates the log")
+        try:
+            gid = grp.getgrnam(group).gr_gid if self.root and group else -1
+        except KeyError:
+            self.module.fail_json(msg=f"group {group} does not exist on this host. Fix: run site.yml (the trainer "
+                                      "role creates it)")
+        if info is not None and stat.S_IMODE(info.st_mode) == LOG_MODE and gid in (-1, info.st_gid):
+            return
+        self.changed.append(path)
+        self.diff.append({"before_header": path, "after_header": path,
+                          "before": "absent\n" if info is None else f"mode {stat.S_IMODE(info.st_mode):04o}\n",
+                          "after": f"mode {LOG_MODE:04o}" + (f", group {group}" if gid != -1 else "") + "\n"})
+        if self.module.check_mode:
+            return
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     LOG_MODE)
+        try:
+            os.fchmod(fd, LOG_MODE)
+            if gid != -1:
+                os.fchown(fd, -1, gid)
+        finally:
+            os.close(fd)
 
     def file(self, path: str, text: str, mode: int, group: str | None = None) -> bool:
         before = _read(path)
@@ -156,6 +196,8 @@ def render(module: AnsibleModule) -> dict[str, Any]:
     out.file(data["env_file"], env_text, 0o640, group)
     out.file(params["spec"], json.dumps(data, indent=2, sort_keys=True) + "\n", 0o640, group)
     unit_changed = bool(params["unit"]) and out.file(params["unit_path"], params["unit"], 0o644)
+    if not params["unit"]:  # the process backend writes this log; a unit's output goes to the journal
+        out.log_file(data["log"], group)
     return {"changed": bool(out.changed), "unit_changed": unit_changed, "written": out.changed,
             "diff": out.diff if module._diff else []}
 

@@ -14,6 +14,8 @@ description:
     C(stopped), C(lost), C(timeout)), exit code, restarts, the model dir's facts (C(DONE), the program's
     C(status.json)) and the last log lines - of the systemd unit, or of the process backend's supervisor.
   - Read-only. The same data as C(python3 -m tfcluster.host.jobstatus status SPEC) (what the wait loop polls).
+  - The job's files are read without following a symlink and never block on a FIFO; C(status.json) is read up to
+    1 MiB, the log's last 64 KiB.
 author: tfcluster
 version_added: "1.0.0"
 options:
@@ -45,7 +47,8 @@ EXAMPLES = r"""
 RETURN = r"""
 status:
   description: state, exit_code, signal, restarts, pid, started_at, log_mtime, log_tail, done, progress,
-    progress_mtime, model_dir, name, max_duration, now (and unit for the systemd backend).
+    progress_mtime, progress_error (why status.json was not read - a symlink, a FIFO, over 1 MiB - or null),
+    model_dir, name, max_duration, now (and unit for the systemd backend).
   returned: always
   type: dict
 """

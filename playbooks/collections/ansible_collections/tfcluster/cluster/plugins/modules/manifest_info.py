@@ -14,6 +14,8 @@ description:
   - Opens the model dir, C(MANIFEST.sha256) and every listed path component by component with C(O_NOFOLLOW);
     a symlink anywhere below the model dir is refused, not followed. Sizes come from C(lstat) (regular files only).
   - An error names the path and why, never a line of the file.
+  - Every listed and optional name must be a plain path inside the model dir (relative, no C(..), no empty or
+    C(.) component, no backslash, no control character); a manifest line or an optional name that is not is refused.
   - Read-only; C(done) is false (and nothing else is read) while C(DONE) is missing.
 author: tfcluster
 version_added: "1.0.0"
@@ -23,7 +25,8 @@ options:
     type: path
     required: true
   optional:
-    description: Names reported too when they are regular files (status.json, metrics.json, ...).
+    description: Names reported too when they are regular files (status.json, metrics.json, ...); each a plain path
+      relative to the model dir.
     type: list
     elements: str
     default: []

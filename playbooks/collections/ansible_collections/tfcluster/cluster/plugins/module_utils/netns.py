@@ -1,0 +1,1 @@
+../../../../../../../tfcluster/host/netns.py

@@ -1,0 +1,106 @@
+"""The terminal view prints what hosts wrote escaped: a status field, a log line or an exception cannot move the
+cursor, recolour, retitle, write the clipboard or reorder the text (tfcluster/view.py through tfcluster/text.py)."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.escapes import IDS, RAW_SHOWN, assert_clean
+from tfcluster import view
+from tfcluster.text import printable_lines
+
+
+@pytest.mark.parametrize(("raw", "shown"), RAW_SHOWN, ids=IDS)
+def test_a_progress_line_shows_every_status_field_escaped(raw: str, shown: str) -> None:
+    task = {"host": "w0", "slot": "worker:0", "state": f"running/{raw}", "epoch": raw, "epochs": raw,
+            "step": raw, "steps_per_epoch": 9, "restarts": raw, "loss": raw, "eta_seconds": raw}
+    line = view.task_line(task)
+    assert_clean(line)
+    assert f"running/{shown}" in line and f"epoch {shown}/{shown}" in line and f"restarts {shown}" in line
+
+
+@pytest.mark.parametrize(("raw", "shown"), RAW_SHOWN, ids=IDS)
+def test_the_failure_summary_shows_what_the_host_wrote_escaped(raw: str, shown: str) -> None:
+    v = view.View(io.StringIO(), tty=False)
+    v.handle({"event": "task_failed", "host": "w1", "task": f"Start {raw}", "msg": f"failed: {raw}"})
+    v.handle({"event": "decision", "decision": "failed", "culprit": "w0", "message": f"job failed on w0 {raw}",
+              "log_tail": ["step 1", f"tail {raw}"],
+              "error": {"type": "ValueError", "message": f"bad {raw}", "frame": f"/job/train.py:3 in {raw}"}})
+    v.handle({"event": "collected", "files": raw, "bytes": raw, "dest": f"/a/{raw}", "changed": True})
+    lines = view.failure_lines(v, "artifacts/x.log")
+    assert_clean(lines)
+    assert lines[0] == f"job failed on w0: job failed on w0 {shown}"
+    assert lines[1] == f"  error: ValueError: bad {shown}   (/job/train.py:3 in {shown})"
+    assert f"w1: task 'Start {shown}' failed:" in lines
+    for multiline in (f"tail {raw}", f"failed: {raw}"):  # a log line or message holding a newline: two lines
+        assert all(f"    {text}" in lines for text in printable_lines(multiline))
+    assert_clean(v.out.getvalue().splitlines())
+
+
+def test_a_log_tail_is_capped_in_lines_and_in_length() -> None:
+    v = view.View(io.StringIO(), tty=False)
+    v.handle({"event": "decision", "decision": "failed", "culprit": "w0", "message": "m" * 10_000,
+              "log_tail": ["x" * 100_000] * 50, "error": None})
+    lines = view.failure_lines(v, "x.log")
+    assert len(lines[0]) < view.TEXT_LIMIT + 40 and lines[0].endswith("...")
+    assert sum(line.startswith("    x") for line in lines) == view.LOG_TAIL
+    assert max(len(line) for line in lines) <= view.TEXT_LIMIT + 40
+
+
+def test_the_log_end_shown_before_any_play_ran_is_escaped(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("noise\n[ERROR]: \x1b]52;c;Zm9v\x07 bad inventory\r\n")
+    lines = view.failure_lines(view.View(io.StringIO(), tty=False), str(log))
+    assert "    [ERROR]: \\x1b]52;c;Zm9v\\x07 bad inventory" in lines
+    assert_clean(lines)
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 10**400, "12", True, [1], {"a": 1}])
+def test_a_number_that_is_not_one_never_breaks_the_view(value: object) -> None:
+    task = {"host": "w0", "state": "running", "examples_per_sec": value, "loss": value, "eta_seconds": value,
+            "age_seconds": value}
+    line = view.task_line(task)
+    assert_clean(line)
+    assert "loss" not in line and "ETA" not in line and "ex/s" not in line
+    assert view.duration(value) == "-"  # type: ignore[arg-type]
+
+
+def test_on_a_terminal_the_views_own_cursor_codes_still_redraw_the_block() -> None:
+    out = io.StringIO()
+    v = view.View(out, tty=True)
+    task = {"host": "w0", "slot": "worker:0", "state": "running/\x1b[2J\x1b]0;pwned\x07", "epoch": 1}
+    v.handle({"event": "progress", "elapsed": 5, "tasks": [task, task]})
+    v.handle({"event": "progress", "elapsed": 10, "tasks": [task, task]})
+    text = out.getvalue()
+    assert text.count("\x1b[3F") == 1 and text.count("\x1b[2K") == 6  # the view's own codes
+    mine = text.replace("\x1b[3F", "").replace("\x1b[2K", "")
+    assert "\x1b" not in mine and "\x07" not in mine
+    assert "running/\\x1b[2J\\x1b]0;pwned\\x07" in text
+
+
+@pytest.mark.parametrize(("raw", "shown"), RAW_SHOWN, ids=IDS)
+def test_the_failure_summary_of_a_log_is_escaped_and_capped(raw: str, shown: str) -> None:
+    from tfcluster import failure
+
+    raw_line = raw.replace("\n", " ")  # summarize reads lines: a newline has split them already
+    error = failure.summarize(["Traceback (most recent call last):", f'  File "/job/{raw_line}.py", line 3, in main',
+                               f"    fit({raw_line})", f"ValueError: bad {raw_line} " + "x" * 1000])
+    assert error is not None
+    assert_clean([error["type"], error["message"], error["frame"]])
+    shown_line = shown.replace("\\n", " ")
+    assert error["message"].startswith(f"bad {shown_line} x") and len(error["message"]) == failure.MESSAGE_LIMIT
+    assert error["frame"] == f"/job/{shown_line}.py:3 in main: fit({shown_line})"
+
+
+def test_a_notice_reaches_the_terminal_escaped() -> None:
+    """A role's `tfcluster_notice` debug task (e.g. local slots without a private network namespace) is shown once."""
+    out = io.StringIO()
+    shown = view.View(out, tty=False)
+    shown.handle({"event": "notice", "host": "local-0", "msg": "local slots share this machine's network\x1b[2J"})
+    text = out.getvalue()
+    assert "note: local slots share this machine's network\\x1b[2J" in text
+    assert "\x1b" not in text
