@@ -44,9 +44,10 @@ from pathlib import Path
 
 from tfcluster.contract import Problem
 from tfcluster.files import atomic_write_json, atomic_write_text, sha256_file
+from tfcluster.paths import ROLES
 
 REPO = Path(__file__).resolve().parents[1]
-LOCKS = REPO / "playbooks" / "roles" / "python_runtime" / "files"  # the role that installs them
+LOCKS = ROLES / "python_runtime" / "files"  # the role that installs them
 CPU_IN = REPO / "trainer" / "requirements.txt"
 GPU_IN = LOCKS / "requirements-gpu.in"
 CPU_LOCK = LOCKS / "requirements.lock"

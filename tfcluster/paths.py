@@ -10,6 +10,8 @@ ARTIFACTS = REPO_ROOT / "artifacts"
 CACHE = REPO_ROOT / ".cache"
 INVENTORY_SCRIPT = REPO_ROOT / "inventory" / "tfcluster.py"
 PLAYBOOKS = REPO_ROOT / "playbooks"
+COLLECTION = PLAYBOOKS / "collections" / "ansible_collections" / "tfcluster" / "cluster"  # tfcluster.cluster
+ROLES = COLLECTION / "roles"
 ANSIBLE_CFG = REPO_ROOT / "ansible.cfg"
 
 

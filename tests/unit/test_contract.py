@@ -231,7 +231,7 @@ def test_the_contract_is_defined_once() -> None:
 ONE_PLACE_CHANGES = [
     (MODULE_TF, '"tfcluster:task_index"', '"tfcluster:task_idx"', "locals.tag_keys"),
     (VARIABLES_TF, f"= {contract.TF_PORT}", "= 2223", "tf_port default"),
-    ("playbooks/roles/tf_job/templates/job.service.j2", None, "SuccessExitStatus=4\n", "a literal exit status"),
+    ("playbooks/collections/ansible_collections/tfcluster/cluster/roles/tf_job/templates/job.service.j2", None, "SuccessExitStatus=4\n", "a literal exit status"),
     ("playbooks/site.yml", None, "---\npath: /m/MANIFEST.sha256\n", "'MANIFEST.sha256' is contract.MANIFEST"),
     ("trainer/cli.py", None, 'DONE_FILE = "DONE"\n', "'DONE' is contract.DONE"),
     ("trainer/cli.py", None, "EXIT_SPOT = 3\n", "EXIT_SPOT defines an exit code"),
@@ -338,14 +338,14 @@ def test_every_fixed_name_beside_the_jobs_files_is_reserved() -> None:
 
 
 @pytest.mark.parametrize(("rel", "text", "name"), [
-    ("playbooks/roles/newrole/defaults/main.yml", "newrole_cache: /var/lib/tfcluster/cache\n", "cache"),
-    ("playbooks/roles/newrole/vars/main.yml", "_newrole_file: \"{{ tfcluster_prefix }}/etc/tfcluster/state.json\"\n",
+    ("playbooks/collections/ansible_collections/tfcluster/cluster/roles/newrole/defaults/main.yml", "newrole_cache: /var/lib/tfcluster/cache\n", "cache"),
+    ("playbooks/collections/ansible_collections/tfcluster/cluster/roles/newrole/vars/main.yml", "_newrole_file: \"{{ tfcluster_prefix }}/etc/tfcluster/state.json\"\n",
      "state.json"),
-    ("playbooks/roles/newrole/defaults/main.yml",
+    ("playbooks/collections/ansible_collections/tfcluster/cluster/roles/newrole/defaults/main.yml",
      "newrole_dir: \"{{ tfcluster_prefix | default('') }}/run/tfcluster\"\n"
      "newrole_pid: \"{{ newrole_dir }}/newrole.pid\"\n", "newrole.pid"),
     ("tfcluster/host/newthing.py", 'SPOOL = "/var/log/tfcluster/spool"\n', "spool"),
-    ("playbooks/roles/newrole/templates/x.service.j2", "After=tfcluster-metrics.service\n", "metrics"),
+    ("playbooks/collections/ansible_collections/tfcluster/cluster/roles/newrole/templates/x.service.j2", "After=tfcluster-metrics.service\n", "metrics"),
 ])
 def test_a_new_fixed_name_that_is_not_reserved_is_caught(tmp_path: Path, rel: str, text: str, name: str) -> None:
     (tmp_path / rel).parent.mkdir(parents=True)

@@ -479,7 +479,7 @@ def test_a_link_inside_staging_is_not_followed_either(tmp_path: Path, link: str)
 
 def test_the_role_asks_for_the_configured_optional_names() -> None:
     """The set of files is the control side's: the role passes collector_optional_files, not the chief's list."""
-    role_vars = yaml.safe_load((REPO / "playbooks/roles/collector/vars/main.yml").read_text())
+    role_vars = yaml.safe_load((REPO / "playbooks/collections/ansible_collections/tfcluster/cluster/roles/collector/vars/main.yml").read_text())
     for request_var in ("_collector_request", "_collector_s3_request"):
         assert role_vars[request_var]["optional_names"] == "{{ collector_optional_files }}"
     assert "collector_optional_files" not in str(role_vars["_collector_request"].get("optional"))

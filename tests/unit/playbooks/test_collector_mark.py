@@ -19,7 +19,7 @@ PLAY = """- hosts: localhost
   gather_facts: false
   tasks:
     - ansible.builtin.include_role:
-        name: collector
+        name: tfcluster.cluster.collector
         tasks_from: mark.yml
 """
 
@@ -27,7 +27,7 @@ PLAY = """- hosts: localhost
 def mark(tmp_path: Path, rc: int = 0) -> subprocess.CompletedProcess[str]:
     (tmp_path / "play.yml").write_text(PLAY)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "TFCLUSTER_"))}
-    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(REPO / "playbooks" / "roles"),
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
                ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"))
     extra = {"tfcluster_job": "mnist", "tfcluster_prefix": str(tmp_path / "host"),
              "_collector_local": False,  # a real chief (here: this machine, without become)

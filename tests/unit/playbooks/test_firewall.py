@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
-ROLE = REPO / "playbooks" / "roles" / "firewall"
+ROLE = REPO / "playbooks" / "collections" / "ansible_collections" / "tfcluster" / "cluster" / "roles" / "firewall"
 PEERS = ["10.1.2.3", "192.0.2.0/24", "fd00::7"]
 
 

@@ -18,7 +18,7 @@ PLAY = """- hosts: localhost
   gather_facts: false
   tasks:
     - ansible.builtin.include_role:
-        name: tf_job
+        name: tfcluster.cluster.tf_job
         tasks_from: preflight.yml
 """
 SLOT = {"tfcluster_task_type": contract.WORKER, "tfcluster_task_index": 0, "tfcluster_address": "127.0.0.1:1",
@@ -28,7 +28,7 @@ SLOT = {"tfcluster_task_type": contract.WORKER, "tfcluster_task_index": 0, "tfcl
 def preflight(tmp_path: Path, job: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "play.yml").write_text(PLAY)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "TFCLUSTER_"))}
-    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(REPO / "playbooks" / "roles"),
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
                ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"))
     extra = {**SLOT, "tfcluster_job": {contract.ANSIBLE_UNSAFE: job}}  # as the tfcluster command writes it
     (tmp_path / "vars.json").write_text(json.dumps(extra))

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
-ROLES = REPO / "playbooks" / "roles"
+ROLES = REPO / "playbooks" / "collections" / "ansible_collections" / "tfcluster" / "cluster" / "roles"
 DIGEST = "d" * 64
 RENDER = """
 import json, sys

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
-ROLES = sorted((REPO / "playbooks" / "roles").glob("*/meta/main.yml"))
+ROLES = sorted((REPO / "playbooks" / "collections" / "ansible_collections" / "tfcluster" / "cluster" / "roles").glob("*/meta/main.yml"))
 COLLECTION = REPO / "playbooks/collections/ansible_collections/tfcluster/cluster"
 MODULES = ("state_probe", "release", "manifest_info", "driver_facts")
 

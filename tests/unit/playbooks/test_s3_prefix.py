@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
-ROLES = REPO / "playbooks" / "roles"
+ROLES = REPO / "playbooks" / "collections" / "ansible_collections" / "tfcluster" / "cluster" / "roles"
 
 
 def render(expression: str, variables: dict[str, object]) -> str:
