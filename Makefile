@@ -33,7 +33,7 @@ PREPARE  ?=## force: run every prepare role even where the prepared digest says 
 GPU      ?=## wheelhouse: 1 adds the CUDA wheels (an air-gapped GPU cluster)
 PYTEST_ARGS ?=## extra pytest arguments, e.g. -k inventory
 ANSIBLE_ARGS ?=## extra ansible-playbook arguments (trusted), e.g. -e tf_job_stall_timeout=120
-WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tfcluster.wheelhouse)
+WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tfcluster.prepare.wheelhouse)
 export CLUSTER WORKERS JOB STRATEGY HOSTS SCRIPT SCRIPT_ARGS SCRIPT_REQUIREMENTS KERAS TRAINER_ARGS EPOCHS
 export MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE YES IDLE MODE DOWN TTL DATASETS PREPARE
 
@@ -150,21 +150,22 @@ test-molecule: setup ## Molecule scenario default (delegated driver, localhost, 
 lint: setup ## ruff (with complexity), ansible-lint (production profile), terraform fmt, checkov
 	$(PY) -m ruff check .
 	$(VENV)/bin/ansible-lint --offline playbooks/ molecule/default/
+	bash tools/sanity.sh
 	terraform fmt -check -recursive -diff infra
 	.cache/venvs/checkov/bin/checkov -d infra --framework terraform --skip-download --quiet --compact
 
-# SCRIPT_REQUIREMENTS reaches tfcluster.lock through the environment (never through a shell), like every variable.
+# SCRIPT_REQUIREMENTS reaches tfcluster.prepare.lock through the environment (never through a shell), like every variable.
 .PHONY: lock
 lock: setup ## Regenerate the hash-pinned host requirements (python_runtime's locks); SCRIPT_REQUIREMENTS=FILE: write FILE.lock
-	$(PY) -m tfcluster.lock $(if $(SCRIPT_REQUIREMENTS),script,compile)
+	$(PY) -m tfcluster.prepare.lock $(if $(SCRIPT_REQUIREMENTS),script,compile)
 
 .PHONY: lock-control
 lock-control: setup ## Regenerate requirements-control.lock (hash-pinned; TFCLUSTER_LOCKED=1 make setup-cluster installs it)
-	$(PY) -m tfcluster.lock control
+	$(PY) -m tfcluster.prepare.lock control
 
 .PHONY: wheelhouse
 wheelhouse: setup ## Build the air-gapped wheelhouse for on-prem hosts from the locks (GPU=1: with the CUDA wheels)
-	$(PY) -m tfcluster.wheelhouse $(if $(filter 1,$(GPU)),--gpu)
+	$(PY) -m tfcluster.prepare.wheelhouse $(if $(filter 1,$(GPU)),--gpu)
 
 .PHONY: bench
 bench: setup ## Benchmarks (print ratios measured in one run)
@@ -177,7 +178,7 @@ LAB_HOSTS ?= 3## lab-up: number of hosts (a chief and LAB_HOSTS-1 workers)
 
 .PHONY: setup-lab
 setup-lab: setup ## Install debootstrap + systemd-container and build the cached lab rootfs (root only)
-	@if [ "$$(id -u)" = 0 ]; then $(PY) -m lab setup && $(PY) -m tfcluster.wheelhouse; else echo "skipping lab setup (needs root)"; fi
+	@if [ "$$(id -u)" = 0 ]; then $(PY) -m lab setup && $(PY) -m tfcluster.prepare.wheelhouse; else echo "skipping lab setup (needs root)"; fi
 
 .PHONY: lab-up
 lab-up: setup-lab ## Boot a lab of real hosts and write its on-prem host file (see docs/lab.md)

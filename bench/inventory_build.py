@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: `inventory/tfcluster.py --list` at 1,000 and 10,000 hosts, each figure against its goal (issue 13).
+"""Benchmark: `inventory/slots.py --list` at 1,000 and 10,000 hosts, each figure against its goal (issue 13).
 
 Goals at 10,000 hosts: under 1 s and under 10 MB, growing linearly with the host count. Each host carries its slot;
 its TF_CONFIG is built by the role from the group var ``tfcluster_cluster_spec`` (before, every host embedded the
@@ -32,13 +32,13 @@ from typing import Any
 
 import yaml
 
-from inventory.build import build_inventory, dumps, validate_cluster
-from inventory.sources.static import load_host_file
-from inventory.sources.terraform import Overrides, terraform_hosts
-from tfcluster.contract import CHIEF, EVALUATOR, PS, WORKER, tf_config_json
+from tfcluster.core.contract import CHIEF, EVALUATOR, PS, WORKER, tf_config_json
+from tfcluster.inventory.build import build_inventory, dumps, validate_cluster
+from tfcluster.inventory.sources.static import load_host_file
+from tfcluster.inventory.sources.terraform import Overrides, terraform_hosts
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "inventory" / "tfcluster.py"
+SCRIPT = REPO / "inventory" / "slots.py"
 GOAL_S = 1.0  # at 10,000 hosts
 GOAL_MB = 10.0  # at 10,000 hosts
 GOAL_HOSTS = 10_000

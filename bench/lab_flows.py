@@ -43,7 +43,7 @@ from lab.flows import (
     step_of,
     wait_until,
 )
-from tfcluster.wheelhouse import DEFAULT_DEST, build
+from tfcluster.prepare.wheelhouse import DEFAULT_DEST, build
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -172,7 +172,7 @@ def collector_vs_scp(flows: Flows, workdir: Path,
 
 
 def inventory_list() -> dict[int, tuple[float, int]]:
-    """{hosts: (seconds, bytes)} of `inventory/tfcluster.py --list` (local source, a PS cluster) at each size."""
+    """{hosts: (seconds, bytes)} of `inventory/slots.py --list` (local source, a PS cluster) at each size."""
     out = {}
     for hosts in LIST_HOSTS:
         run = script({"TFCLUSTER_SOURCE": "local", "TFCLUSTER_WORKERS": str(hosts - 2),

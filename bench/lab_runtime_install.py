@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lab import Lab
-from tfcluster.wheelhouse import DEFAULT_DEST, DEFAULT_REQUIREMENTS, build, size_bytes
+from tfcluster.prepare.wheelhouse import DEFAULT_DEST, DEFAULT_REQUIREMENTS, build, size_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,9 @@ batch fitted on one constant in-memory batch (no input pipeline, no shuffle, no 
 trainer's steps_per_execution and precision. No input pipeline can beat it, so ``ceiling / reference`` is the most
 any trainer can reach here; ``trainer / ceiling`` says how much of it ours takes.
 
-Prints examples/s of each (steady state: the epochs after the first) and the ratios. One run; not a timed test.
+Prints examples/s of each (steady state: the epochs after the first) and the ratios, and the trainer's own time:
+the end-of-fit teardown (``fit_teardown_s``, goal <= 1 s) and its start-up timeline (``startup_s``: seconds from
+the process's start to each phase, to the first step). One run; not a timed test.
 
     .venv/bin/python bench/train_throughput.py [--epochs 4] [--repeats 1] [--data .cache/datasets/mnist.npz]
         [--json OUT]
@@ -30,6 +32,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+TEARDOWN_GOAL_S = 1.0  # fit_teardown_s: the last epoch's end to fit returning
+STARTUP_MARKS = ("imports", "tensorflow", "data", "strategy", "model", "resume", "fit_start", "first_step")
 
 # Per-epoch wall times, shared by the two measurement scripts below.
 TIMER = r"""
@@ -150,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     ref = {**refs[-1], "examples_per_sec": statistics.median(r["examples_per_sec"] for r in refs)}
     ours = {**runs[-1], "examples_per_sec": statistics.median(r["examples_per_sec"] for r in runs)}
     ceiling = {"examples_per_sec": statistics.median(c["examples_per_sec"] for c in ceilings)}
+    teardowns = [float(r.get("fit_teardown_s") or 0.0) for r in runs]
+    startup = {mark: round(statistics.median(r["startup_s"][mark] for r in runs), 3)
+               for mark in STARTUP_MARKS if all(mark in (r.get("startup_s") or {}) for r in runs)}
     ratio = ours["examples_per_sec"] / ref["examples_per_sec"]
     reachable = ceiling["examples_per_sec"] / ref["examples_per_sec"]
     share = ours["examples_per_sec"] / ceiling["examples_per_sec"]
@@ -160,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
               "reference_epoch_seconds": [round(s, 2) for s in ref["epoch_seconds"]],
               "trainer_epoch_seconds": ours["epoch_seconds"], "trainer_steps_per_execution":
               ours["steps_per_execution"], "mixed_precision": precision, "epochs": args.epochs,
-              "cpus": os.cpu_count(), "repeats": len(runs),
+              "cpus": os.cpu_count(), "repeats": len(runs), "load_average": list(os.getloadavg()),
+              "fit_teardown_s": teardowns, "teardown_goal_s": TEARDOWN_GOAL_S, "startup_s": startup,
               "all_examples_per_sec": {"reference": [round(r["examples_per_sec"]) for r in refs],
                                        "trainer": [round(r["examples_per_sec"]) for r in runs],
                                        "ceiling": [round(c["examples_per_sec"]) for c in ceilings]}}
@@ -170,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratio              : {ratio:10.2f}x  (goal >= 2.5x)")
     print(f"ceiling / reference: {reachable:10.2f}x  (the most any input pipeline can reach on this machine)")
     print(f"trainer / ceiling  : {share:10.2f}")
+    worst = max(teardowns)
+    print(f"fit teardown       : {worst:10.2f} s  (goal <= {TEARDOWN_GOAL_S:g} s: "
+          f"{'met' if worst <= TEARDOWN_GOAL_S else 'MISSED'}; worst of {len(teardowns)})")
+    steps = "  ".join(f"{mark} {value:.2f}" for mark, value in startup.items())
+    print(f"startup (s)        : {steps}  (seconds from the process's start; medians)")
+    print(f"load average       : {' '.join(f'{x:.2f}' for x in os.getloadavg())}  ({os.cpu_count()} cpus)")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))

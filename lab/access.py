@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from lab import guest, system
 from lab.config import LabError, LabHost, LabSpec
 from lab.render import render_hosts_file, render_known_hosts, render_ssh_config
+from tfcluster import kinds
 
 if TYPE_CHECKING:
     from lab.paths import LabPaths
@@ -64,9 +65,12 @@ class Access:
     def inventory_env(self) -> dict[str, str]:
         """Environment for `make ... CLUSTER=onprem` / ansible against this lab: the inventory's static source
         reads the host file; Ansible takes the key from ANSIBLE_PRIVATE_KEY_FILE and checks host keys against the
-        lab's known_hosts (TFCLUSTER_KNOWN_HOSTS: the path the `tfcluster` command gives a cluster's own file)."""
+        lab's known_hosts (TFCLUSTER_KNOWN_HOSTS: the path the `tfcluster` command gives a cluster's own file). The
+        lab hosts are an on-prem cluster: the onprem kind's facts, as `make train CLUSTER=onprem` gives them."""
+        onprem = kinds.get("onprem")
         return {"TFCLUSTER_SOURCE": "static", "TFCLUSTER_HOSTS_FILE": str(self.hosts_file),
-                "ANSIBLE_PRIVATE_KEY_FILE": str(self.private_key), "TFCLUSTER_KNOWN_HOSTS": str(self.known_hosts)}
+                "ANSIBLE_PRIVATE_KEY_FILE": str(self.private_key), "TFCLUSTER_KNOWN_HOSTS": str(self.known_hosts),
+                "TFCLUSTER_KIND": onprem.name, "TFCLUSTER_KIND_TRAITS": onprem.traits.to_json()}
 
     def host_keys(self) -> dict[str, str]:
         """{host: its public SSH host key} as the hosts have them now."""

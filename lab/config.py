@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from tfcluster.contract import CHIEF, TASK_TYPES, WORKER
+from tfcluster.core.contract import CHIEF, TASK_TYPES, WORKER
 
 DEFAULT_LAB = "tfclab"
 DEFAULT_PORT = 12345  # training port; every lab host has its own address, so all use the same port

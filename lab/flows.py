@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab import Lab
-from tfcluster.contract import CHIEF, PS, WORKER
+from tfcluster.core.contract import CHIEF, PS, WORKER
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.prefix) / "bin"
 ANSIBLE_PLAYBOOK = VENV_BIN / "ansible-playbook"
-INVENTORY = REPO / "inventory" / "tfcluster.py"
+INVENTORY = REPO / "inventory" / "slots.py"
 # Development only: run the flows against a patched copy of playbooks/ (tfcluster_root still points here).
 PLAYBOOKS = Path(os.environ.get("TFCLUSTER_FLOW_PLAYBOOKS", REPO / "playbooks"))
 

@@ -45,7 +45,7 @@ from lab.config import (
     pick_subnet,
 )
 from lab.paths import LabPaths, default_lab_dir
-from tfcluster.contract import CHIEF, WORKER
+from tfcluster.core.contract import CHIEF, WORKER
 
 log = logging.getLogger(__name__)
 

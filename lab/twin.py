@@ -9,7 +9,7 @@ lab hosts.
 
 What differs from a real run, and nothing else: the endpoint and the credentials. `start()` writes
 infra/aws/tfcluster_twin_override.tf (the provider's endpoints and skips; git-ignored, removed by `close()`; a real
-`make provision` refuses while it exists, tfcluster/provision_aws.py), runs moto on a free loopback port with the
+`make provision` refuses while it exists, tfcluster/provision/aws.py), runs moto on a free loopback port with the
 account's seed (lab/twin_moto.py: an image named like the Deep Learning Base GPU AMI via MOTO_AMIS_PATH, the key
 pair, real instance-type offerings per zone, console output and AWS-like private addresses), and gives every
 command dummy credentials, AWS_ENDPOINT_URL (boto3: preflight, console output, the destroy check) and
@@ -41,9 +41,9 @@ from typing import Any
 from lab.config import LabError
 from lab.lab import Lab
 from lab.paths import REPO
-from tfcluster import localaws
-from tfcluster.contract import TAG_KEYS, TF_PORT
-from tfcluster.provision import TWIN_ENV, TWIN_OVERRIDE
+from tfcluster.core.contract import TAG_KEYS, TF_PORT
+from tfcluster.provision import localaws
+from tfcluster.provision.common import TWIN_ENV, TWIN_OVERRIDE
 
 REGION = "us-east-1"
 CLUSTER = "tfcluster-twin"
@@ -154,7 +154,7 @@ class Twin:
                 **{f"TF_VAR_{k}": v for k, v in self.tf_vars.items()}}
 
     def terraform(self, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
-        from tfcluster import terraform as toolchain
+        from tfcluster.provision import terraform as toolchain
 
         env = toolchain.terraform_env(self.env(), cluster="aws")
         proc = subprocess.run([*toolchain.terraform_command(), f"-chdir={self.tf_dir}", *args], env=env, text=True,

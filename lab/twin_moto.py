@@ -1,6 +1,6 @@
 """The AWS twin's EC2 endpoint: moto_server with two behaviours of a real account that moto does not have.
 
-    python -m lab.twin_moto -H 127.0.0.1 -p PORT        (started by lab/twin.py through tfcluster.localaws)
+    python -m lab.twin_moto -H 127.0.0.1 -p PORT        (started by lab/twin.py through tfcluster.provision.localaws)
 
 1. Console output: GetConsoleOutput of an instance returns the file TFCLUSTER_TWIN_CONSOLE_DIR/<instance id>
    when the twin has written it (the lab host that plays the instance has booted and "cloud-init" printed its

@@ -1,10 +1,10 @@
 """What a compromised host or a hostile training script may write into a status field, a log line, an exception or
-metrics.json, with what the operator's terminal must show instead (tfcluster/text.py); shared by the printers'
+metrics.json, with what the operator's terminal must show instead (tfcluster/core/text.py); shared by the printers'
 tests."""
 
 from __future__ import annotations
 
-from tfcluster import text
+from tfcluster.core import text
 
 PAYLOADS = {
     "csi": ("\x1b[2J\x1b[31mred\x1b[0m", "\\x1b[2J\\x1b[31mred\\x1b[0m"),

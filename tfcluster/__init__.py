@@ -1,14 +1,19 @@
 """tfcluster: provision GPU machines, gang-launch multi-worker TensorFlow training, bring the checkpoint home.
 
-Layers (docs/ARCHITECTURE.md), each importing only from the ones below it:
+The package is laid out by stage, and every import points down (docs/ARCHITECTURE.md, "Layers"; the floor plan is
+checked by tests/unit/test_layers.py):
 
-* ``tfcluster.contract`` and ``tfcluster.files`` — the ground floor: every shared name and rule, and the file
-  helpers (sha256, atomic write, manifest). Standard library only; they run on the control machine, on every host
-  (shipped inside the trainer release) and inside the Ansible modules (as module_utils).
-* ``tfcluster.host`` — host-side runtime (job supervisor, job status): standard library only, shipped in the
-  release.
-* the rest of ``tfcluster`` — the control machine (the ``tfcluster`` command, Terraform, the emulated endpoint,
-  the wait loop, the collector).
+* ``cli``        the `tfcluster` command (`make train` is `tfcluster train`) and its settings;
+* ``kinds``      one module per cluster kind (local, aws, onprem) behind one interface, routed in one table;
+* ``collect``    bring the chief's model dir home: store, SSH and S3 pulls, transfer, ledger;
+* ``run``        run the playbooks and watch the job: ansible runner, events, view, wait decision, follow;
+* ``prepare``    what the hosts get: the release, the locks, the wheelhouse;
+* ``provision``  the machines: Terraform toolchain, the emulated endpoint, AWS checks, host keys at provision;
+* ``inventory``  hosts and slots into an Ansible inventory (the entry point is inventory/slots.py);
+* ``cost``       clusters in a region and what they cost;
+* ``host``       the host runtime (shipped to every host): job supervisor, status, preflight, autostop;
+* ``core``       the ground floor (shipped): the contract, file helpers, durations, text, addresses, SSH keys.
 
-This file imports nothing: hosts import ``tfcluster.contract`` from a release that holds only the ground floor.
+This file imports nothing: hosts import ``tfcluster.core`` and ``tfcluster.host`` from a release that holds only
+those.
 """

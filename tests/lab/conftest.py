@@ -15,7 +15,7 @@ import pytest
 
 from lab import Lab, LabError
 from lab.flows import FLOW_LAB, FLOW_NAMES, FLOW_VARS, PS_SLOTS, Flows
-from tfcluster.wheelhouse import DEFAULT_DEST, build
+from tfcluster.prepare.wheelhouse import DEFAULT_DEST, build
 
 # Test labs use their own host names so they never clash with a lab started by `make lab-up` (chief-0, ...).
 LAB3_NAMES = ("t-chief-0", "t-worker-0", "t-worker-1")

@@ -24,8 +24,8 @@ import pytest
 
 from lab import Lab
 from lab.flows import Flows, PlaybookRun
-from tfcluster.contract import unit_name
-from tfcluster.duration import parse_time
+from tfcluster.core.contract import unit_name
+from tfcluster.core.duration import parse_time
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

@@ -23,9 +23,9 @@ import pytest
 
 from lab.access import port_open
 from lab.twin import CLUSTER, REGION, Twin, lab_name
-from tfcluster import known_hosts
-from tfcluster.files import verify_dir
-from tfcluster.wheelhouse import DEFAULT_DEST, build
+from tfcluster.core.files import verify_dir
+from tfcluster.prepare.wheelhouse import DEFAULT_DEST, build
+from tfcluster.provision import known_hosts
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 LATE_SLOT, LATE_SECONDS = "worker-1", 25

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lab.flows import MWMS_SLOTS, PS_SLOTS, TRAIN_PORT, Flows, render_hosts_file, wait_until
-from tfcluster.files import verify_dir
+from tfcluster.core.files import verify_dir
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from lab.flows import MWMS_SLOTS, Flows
-from tfcluster.files import verify_dir
+from tfcluster.core.files import verify_dir
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

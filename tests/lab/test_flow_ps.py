@@ -11,7 +11,7 @@ import json
 import pytest
 
 from lab.flows import PS_SLOTS, Flows
-from tfcluster.files import verify_dir
+from tfcluster.core.files import verify_dir
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

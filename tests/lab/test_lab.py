@@ -75,13 +75,13 @@ def test_static_inventory_and_ansible_reach_every_host(lab3: Lab, repo: Path, ve
     """The host file is what the inventory's static source reads; Ansible then reaches every host over SSH."""
     env = {**os.environ, **lab3.inventory_env(), "PATH": f"{venv_bin}:{os.environ['PATH']}",
            "ANSIBLE_CONFIG": str(repo / "ansible.cfg")}
-    listed = subprocess.run([str(repo / "inventory/tfcluster.py"), "--list"], capture_output=True, text=True,
+    listed = subprocess.run([str(repo / "inventory/slots.py"), "--list"], capture_output=True, text=True,
                             env=env, cwd=repo, timeout=60, check=False)
     assert listed.returncode == 0, listed.stderr
     hostvars = json.loads(listed.stdout)["_meta"]["hostvars"]
     assert {n: tuple(_plain(v[k]) for k in ("ansible_host", "tfcluster_task_type", "tfcluster_task_index"))
             for n, v in hostvars.items()} == {h.name: (h.address, h.task_type, h.index) for h in lab3.hosts}
-    ansible = subprocess.run([str(venv_bin / "ansible"), "-i", "inventory/tfcluster.py", "tfcluster",
+    ansible = subprocess.run([str(venv_bin / "ansible"), "-i", "inventory/slots.py", "tfcluster",
                               "-m", "ansible.builtin.command", "-a", "hostname"],
                              capture_output=True, text=True, env=env, cwd=repo, timeout=120, check=False)
     assert ansible.returncode == 0, ansible.stdout + ansible.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tfcluster.contract import UNIT_PREFIX, unit_name
+from tfcluster.core.contract import UNIT_PREFIX, unit_name
 from tfcluster.host import autostop
 from tfcluster.host.autostop import Config, ConfigError, Facts, decide
 

@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tfcluster import cli, events, ledger, paths, run, settings, view
+from tfcluster.cli import command, commands, locks, settings
+from tfcluster.cli import main as cli
+from tfcluster.collect import ledger
+from tfcluster.core import paths
+from tfcluster.run import ansible as run
+from tfcluster.run import events, view
 
 
 def load(**env: str) -> settings.Settings:
@@ -68,7 +73,7 @@ def test_arguments_are_split_like_a_shell_but_never_run(tmp_path: Path) -> None:
     s = load(SCRIPT=str(script), SCRIPT_ARGS="--name 'two words' x;id $(id) {{ 7*7 }}", MAX_DURATION="1h30m")
     assert s.script_args == ("--name", "two words", "x;id", "$(id)", "{{", "7*7", "}}")
     assert s.max_duration == 5400
-    trusted, untrusted = cli.playbook_vars(s)
+    trusted, untrusted = command.playbook_vars(s)
     assert trusted == {"tfcluster_job": "mnist", "tfcluster_cluster": "local", "tfcluster_script_keras": "legacy",
                        "tfcluster_max_duration": 5400}
     assert untrusted["tfcluster_script_args"] == list(s.script_args)
@@ -161,7 +166,7 @@ def test_destroy_refuses_a_finished_job_that_was_never_collected(tmp_path: Path,
 def _hold(directory: str, ready: multiprocessing.synchronize.Event, release: multiprocessing.synchronize.Event
           ) -> None:
     paths.ARTIFACTS = Path(directory)
-    with cli.job_lock(load(JOB="j")):
+    with locks.job_lock(load(JOB="j")):
         ready.set()
         release.wait(10)
 
@@ -173,15 +178,15 @@ def test_a_second_train_of_the_same_job_is_refused(tmp_path: Path, monkeypatch: 
     holder.start()
     try:
         assert ready.wait(10)
-        with pytest.raises(cli.CommandError, match=rf"another train/collect of job j .* \(pid {holder.pid}\)"), \
-                cli.job_lock(load(JOB="j")):
+        with pytest.raises(command.CommandError, match=rf"another train/collect of job j .* \(pid {holder.pid}\)"), \
+                locks.job_lock(load(JOB="j")):
             pass
-        with cli.job_lock(load(JOB="other")):  # another job is not blocked
+        with locks.job_lock(load(JOB="other")):  # another job is not blocked
             pass
     finally:
         release.set()
         holder.join(10)
-    with cli.job_lock(load(JOB="j")):  # free again
+    with locks.job_lock(load(JOB="j")):  # free again
         pass
 
 
@@ -199,9 +204,9 @@ def test_prune_keeps_current_and_removes_older_copies(tmp_path: Path, monkeypatc
     (job_dir / "logs").mkdir()
     (job_dir / "current").symlink_to(new.name)
     out = io.StringIO()
-    assert cli.cmd_prune(cli.Command(load(), out)) == 0
+    assert commands.cmd_prune(command.Command(load(), out)) == 0
     assert not old.exists() and new.is_dir() and (job_dir / "logs").is_dir()
-    assert cli.collected_dir(job_dir) == job_dir / "current"
+    assert commands.collected_dir(job_dir) == job_dir / "current"
     assert f"removed {old}" in out.getvalue()
 
 
@@ -210,18 +215,18 @@ def test_clean_artifacts_asks_first(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     _copy(tmp_path / "artifacts" / "local" / "mnist", "c" * 64)
     monkeypatch.delenv("YES", raising=False)
     monkeypatch.setattr("sys.stdin", io.StringIO())  # not a terminal: nobody to ask
-    with pytest.raises(cli.CommandError, match="refusing to delete them without asking"):
-        cli.cmd_clean_artifacts(cli.Command(load(), io.StringIO()))
+    with pytest.raises(command.CommandError, match="refusing to delete them without asking"):
+        commands.cmd_clean_artifacts(command.Command(load(), io.StringIO()))
     assert (tmp_path / "artifacts").is_dir()
     monkeypatch.setenv("YES", "1")
-    assert cli.cmd_clean_artifacts(cli.Command(load(), io.StringIO())) == 0
+    assert commands.cmd_clean_artifacts(command.Command(load(), io.StringIO())) == 0
     assert not (tmp_path / "artifacts").exists()
 
 
 # --- reserved job ids, ASCII numbers ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("job", ["autostop", "AutoStop", "datasets", "preflight", "logs", "jobs", "Firewall"])
 def test_a_reserved_job_id_is_refused_before_anything_runs(job: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["train"], env={"PWD": "/tmp", "JOB": job}) == cli.EXIT_SETTINGS
+    assert cli.main(["train"], env={"PWD": "/tmp", "JOB": job}) == command.EXIT_SETTINGS
     err = capsys.readouterr().err
     assert f"tfcluster train: JOB: {job!r} is a reserved job id" in err
     assert "Fix: choose another job id (none of autostop, " in err and f"e.g. {job}-1" in err
@@ -233,7 +238,7 @@ def test_a_reserved_job_id_is_refused_before_anything_runs(job: str, capsys: pyt
 def test_numbers_are_ascii_digits_only(key: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = cli.main(["train"], env={"PWD": "/tmp", key: value})
     err = capsys.readouterr().err
-    assert code == cli.EXIT_SETTINGS, err
+    assert code == command.EXIT_SETTINGS, err
     assert f"{key}: {value.strip()!r} is not a whole number >= 1. Fix: set {key} to a number >= 1, in digits 0-9" in err
 
 
@@ -246,7 +251,7 @@ def _playbook(events: list[dict[str, object]], code: int = 0, copy: str | None =
               interrupt: bool = False) -> object:
     """A stand-in for Command.playbook: the events a run would write (rendered like run.run does), the copy its
     collect installs (``current`` then points at it), or a Ctrl-C in the middle."""
-    def playbook(self: cli.Command, name: str, action: str, *, more_vars: object = None) -> int:
+    def playbook(self: command.Command, name: str, action: str, *, more_vars: object = None) -> int:
         calls.append(action)
         if interrupt:
             raise KeyboardInterrupt
@@ -274,13 +279,13 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(paths, "ARTIFACTS", tmp_path)
     monkeypatch.delenv("FORCE", raising=False)
     destroyed: list[str] = []
-    monkeypatch.setattr(cli.Command, "provision", lambda self, action: destroyed.append(action) or 0)
-    monkeypatch.setattr(cli, "still_running", lambda settings: [])
+    monkeypatch.setattr(command.Command, "provision", lambda self, action: destroyed.append(action) or 0)
+    monkeypatch.setattr(commands, "still_running", lambda settings: [])
     return destroyed
 
 
 def _destroy() -> int:
-    return cli.cmd_destroy(cli.Command(load(), io.StringIO()))
+    return commands.cmd_destroy(command.Command(load(), io.StringIO()))
 
 
 def test_a_current_copy_left_by_an_older_run_does_not_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -291,10 +296,10 @@ def test_a_current_copy_left_by_an_older_run_does_not_count(tmp_path: Path, monk
     (job_dir / "current").symlink_to("a" * 64)  # the result of an older run (an earlier cluster)
     (job_dir / "job.json").write_text(json.dumps({"finished": True, "collected": True,
                                                   "cluster_name": "tfcluster-local"}))
-    monkeypatch.setattr(cli.Command, "playbook", _playbook([DONE], code=1))  # this run's collect failed
-    assert cli.cmd_train(cli.Command(load(), io.StringIO())) == cli.EXIT_FAILED
+    monkeypatch.setattr(command.Command, "playbook", _playbook([DONE], code=1))  # this run's collect failed
+    assert commands.cmd_train(command.Command(load(), io.StringIO())) == command.EXIT_FAILED
     assert json.loads((job_dir / "job.json").read_text())["state"] == "finished"
-    with pytest.raises(cli.CommandError, match=r"never collected: mnist \(finished, not collected\)\. .*Fix: "
+    with pytest.raises(command.CommandError, match=r"never collected: mnist \(finished, not collected\)\. .*Fix: "
                        r"`make collect JOB=<job>` for each \(e\.g\. `make collect JOB=mnist`\).*FORCE=1"):
         _destroy()
     assert cluster == []
@@ -302,8 +307,8 @@ def test_a_current_copy_left_by_an_older_run_does_not_count(tmp_path: Path, monk
 
 def test_a_collect_of_the_run_itself_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                            cluster: list[str]) -> None:
-    monkeypatch.setattr(cli.Command, "playbook", _playbook([DONE, COLLECTED], copy="b" * 64))
-    assert cli.cmd_train(cli.Command(load(), io.StringIO())) == cli.EXIT_OK
+    monkeypatch.setattr(command.Command, "playbook", _playbook([DONE, COLLECTED], copy="b" * 64))
+    assert commands.cmd_train(command.Command(load(), io.StringIO())) == command.EXIT_OK
     record = json.loads((tmp_path / "local" / "mnist" / "job.json").read_text())
     assert (record["state"], record["collected_version"]) == ("collected", "b" * 64)
     assert _destroy() == 0 and cluster == ["destroy"]
@@ -312,16 +317,16 @@ def test_a_collect_of_the_run_itself_counts(tmp_path: Path, monkeypatch: pytest.
 def test_a_collected_event_of_another_dir_is_not_this_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            cluster: list[str]) -> None:
     elsewhere = {**COLLECTED, "dest": str(tmp_path / "local" / "other" / "current")}
-    monkeypatch.setattr(cli.Command, "playbook", _playbook([DONE, elsewhere], copy="b" * 64))
-    cli.cmd_train(cli.Command(load(), io.StringIO()))
-    with pytest.raises(cli.CommandError, match="mnist"):
+    monkeypatch.setattr(command.Command, "playbook", _playbook([DONE, elsewhere], copy="b" * 64))
+    commands.cmd_train(command.Command(load(), io.StringIO()))
+    with pytest.raises(command.CommandError, match="mnist"):
         _destroy()
 
 
 def test_a_failed_job_does_not_block(monkeypatch: pytest.MonkeyPatch, cluster: list[str]) -> None:
     failed = {**DONE, "decision": "failed", "culprit": "worker-0", "message": "exit 1", "log_tail": []}
-    monkeypatch.setattr(cli.Command, "playbook", _playbook([failed], code=1))
-    assert cli.cmd_train(cli.Command(load(), io.StringIO())) == cli.EXIT_FAILED
+    monkeypatch.setattr(command.Command, "playbook", _playbook([failed], code=1))
+    assert commands.cmd_train(command.Command(load(), io.StringIO())) == command.EXIT_FAILED
     assert _destroy() == 0 and cluster == ["destroy"]
 
 
@@ -329,24 +334,24 @@ def test_a_failed_job_does_not_block(monkeypatch: pytest.MonkeyPatch, cluster: l
 def test_an_interrupted_train_blocks_destroy_until_collect_stop_or_force(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: list[str], unblock: str) -> None:
     train = _playbook([], interrupt=True)
-    monkeypatch.setattr(cli.Command, "playbook", train)
+    monkeypatch.setattr(command.Command, "playbook", train)
     with pytest.raises(KeyboardInterrupt):
-        cli.cmd_train(cli.Command(load(), io.StringIO()))
+        commands.cmd_train(command.Command(load(), io.StringIO()))
     assert train.calls == ["train"]  # type: ignore[attr-defined]
-    with pytest.raises(cli.CommandError, match=r"mnist \(started, outcome unknown: .*`make stop JOB=<job>` for a "
+    with pytest.raises(command.CommandError, match=r"mnist \(started, outcome unknown: .*`make stop JOB=<job>` for a "
                                                r"started job"):
         _destroy()
     assert cluster == []
     if unblock == "collect":
-        monkeypatch.setattr(cli.Command, "playbook", _playbook([COLLECTED], copy="c" * 64))
-        assert cli.cmd_collect(cli.Command(load(), io.StringIO())) == 0
+        monkeypatch.setattr(command.Command, "playbook", _playbook([COLLECTED], copy="c" * 64))
+        assert commands.cmd_collect(command.Command(load(), io.StringIO())) == 0
     elif unblock == "stop":
-        monkeypatch.setattr(cli.Command, "playbook", _playbook([], code=1))  # a stop that failed changes nothing
-        assert cli.cmd_stop(cli.Command(load(), io.StringIO())) == cli.EXIT_FAILED
-        with pytest.raises(cli.CommandError, match="mnist"):
+        monkeypatch.setattr(command.Command, "playbook", _playbook([], code=1))  # a stop that failed changes nothing
+        assert commands.cmd_stop(command.Command(load(), io.StringIO())) == command.EXIT_FAILED
+        with pytest.raises(command.CommandError, match="mnist"):
             _destroy()
-        monkeypatch.setattr(cli.Command, "playbook", _playbook([]))
-        assert cli.cmd_stop(cli.Command(load(), io.StringIO())) == 0
+        monkeypatch.setattr(command.Command, "playbook", _playbook([]))
+        assert commands.cmd_stop(command.Command(load(), io.StringIO())) == 0
     else:
         monkeypatch.setenv("FORCE", "1")
     assert _destroy() == 0 and cluster == ["destroy"]
@@ -354,19 +359,19 @@ def test_an_interrupted_train_blocks_destroy_until_collect_stop_or_force(
 
 def test_a_collect_that_brought_nothing_leaves_the_job_blocking(monkeypatch: pytest.MonkeyPatch,
                                                                cluster: list[str]) -> None:
-    monkeypatch.setattr(cli.Command, "playbook", _playbook([], interrupt=True))
+    monkeypatch.setattr(command.Command, "playbook", _playbook([], interrupt=True))
     with pytest.raises(KeyboardInterrupt):
-        cli.cmd_train(cli.Command(load(), io.StringIO()))
-    monkeypatch.setattr(cli.Command, "playbook", _playbook([], code=1))  # the chief has no DONE yet
-    assert cli.cmd_collect(cli.Command(load(), io.StringIO())) == cli.EXIT_FAILED
-    with pytest.raises(cli.CommandError, match="mnist"):
+        commands.cmd_train(command.Command(load(), io.StringIO()))
+    monkeypatch.setattr(command.Command, "playbook", _playbook([], code=1))  # the chief has no DONE yet
+    assert commands.cmd_collect(command.Command(load(), io.StringIO())) == command.EXIT_FAILED
+    with pytest.raises(command.CommandError, match="mnist"):
         _destroy()
 
 
 def _hold_cluster(directory: str, exclusive: bool, ready: multiprocessing.synchronize.Event,
                   release: multiprocessing.synchronize.Event) -> None:
     paths.ARTIFACTS = Path(directory)
-    with cli.cluster_lock(load(JOB="long"), "destroy" if exclusive else "train", exclusive=exclusive):
+    with locks.cluster_lock(load(JOB="long"), "destroy" if exclusive else "train", exclusive=exclusive):
         ready.set()
         release.wait(10)
 
@@ -383,12 +388,12 @@ def test_destroy_is_refused_while_a_train_holds_the_cluster(tmp_path: Path, monk
                                                             cluster: list[str]) -> None:
     holder, release = _holding(tmp_path, exclusive=False)
     try:
-        with pytest.raises(cli.CommandError, match=rf"tfcluster-local\) is in use \(pid {holder.pid}: tfcluster "
+        with pytest.raises(command.CommandError, match=rf"tfcluster-local\) is in use \(pid {holder.pid}: tfcluster "
                                                    r"train JOB=long\)\. Fix: wait for it to end, or `make stop"):
             _destroy()
         assert cluster == []
-        monkeypatch.setattr(cli.Command, "playbook", _playbook([DONE, COLLECTED], copy="d" * 64))
-        assert cli.cmd_train(cli.Command(load(JOB="other"), io.StringIO())) == 0  # trains share the cluster
+        monkeypatch.setattr(command.Command, "playbook", _playbook([DONE, COLLECTED], copy="d" * 64))
+        assert commands.cmd_train(command.Command(load(JOB="other"), io.StringIO())) == 0  # trains share the cluster
     finally:
         release.set()
         holder.join(10)
@@ -400,11 +405,12 @@ def test_a_train_is_refused_while_the_cluster_is_destroyed(tmp_path: Path, monke
                                                            cluster: list[str]) -> None:
     holder, release = _holding(tmp_path, exclusive=True)
     train = _playbook([DONE])
-    monkeypatch.setattr(cli.Command, "playbook", train)
+    monkeypatch.setattr(command.Command, "playbook", train)
     try:
-        for command in (cli.cmd_train, cli.cmd_collect, cli.cmd_stop):
-            with pytest.raises(cli.CommandError, match=rf"is being destroyed \(pid {holder.pid}: tfcluster destroy\)"):
-                command(cli.Command(load(), io.StringIO()))
+        for run_command in (commands.cmd_train, commands.cmd_collect, commands.cmd_stop):
+            with pytest.raises(command.CommandError,
+                               match=rf"is being destroyed \(pid {holder.pid}: tfcluster destroy\)"):
+                run_command(command.Command(load(), io.StringIO()))
     finally:
         release.set()
         holder.join(10)
@@ -419,8 +425,8 @@ def _stage(name: str) -> dict[str, object]:
 def test_a_train_that_failed_before_the_gang_start_does_not_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                   cluster: list[str]) -> None:
     checked = [_stage("Prepare the hosts"), _stage("Check every host and render the job before anything starts")]
-    monkeypatch.setattr(cli.Command, "playbook", _playbook(checked, code=1))  # e.g. a changed host key
-    assert cli.cmd_train(cli.Command(load(), io.StringIO())) == cli.EXIT_FAILED
+    monkeypatch.setattr(command.Command, "playbook", _playbook(checked, code=1))  # e.g. a changed host key
+    assert commands.cmd_train(command.Command(load(), io.StringIO())) == command.EXIT_FAILED
     record = json.loads((tmp_path / "local" / "mnist" / "job.json").read_text())
     assert (record["state"], record["decision"]) == ("ended", "not started")
     assert _destroy() == 0 and cluster == ["destroy"]
@@ -428,17 +434,17 @@ def test_a_train_that_failed_before_the_gang_start_does_not_block(tmp_path: Path
 
 def test_a_train_that_failed_after_the_gang_start_without_a_decision_blocks(monkeypatch: pytest.MonkeyPatch,
                                                                             cluster: list[str]) -> None:
-    monkeypatch.setattr(cli.Command, "playbook", _playbook([_stage(cli.START_STAGE)], code=1))
-    assert cli.cmd_train(cli.Command(load(), io.StringIO())) == cli.EXIT_FAILED
-    with pytest.raises(cli.CommandError, match=r"mnist \(started, outcome unknown"):
+    monkeypatch.setattr(command.Command, "playbook", _playbook([_stage(command.START_STAGE)], code=1))
+    assert commands.cmd_train(command.Command(load(), io.StringIO())) == command.EXIT_FAILED
+    with pytest.raises(command.CommandError, match=r"mnist \(started, outcome unknown"):
         _destroy()
 
 
 def test_the_gang_start_stage_is_a_play_of_train_yml() -> None:
     plays = yaml.safe_load((paths.PLAYBOOKS / "train.yml").read_text())
     names = [play.get("name") for play in plays]
-    assert cli.START_STAGE in names and "hosts" in plays[names.index(cli.START_STAGE)]
-    start = names.index(cli.START_STAGE)
+    assert command.START_STAGE in names and "hosts" in plays[names.index(command.START_STAGE)]
+    start = names.index(command.START_STAGE)
     assert "start.yml" in str(plays[start]) and not any("start.yml" in str(play) for play in plays[:start])
 
 
@@ -449,22 +455,22 @@ def test_run_events_keeps_what_the_ledger_reads(tmp_path: Path) -> None:
         events.emit(kind, str(events_file), **fields)
     with events_file.open("a") as handle:
         handle.write('{"event": "decision", broken\n["not", "an object", "event": "collected"]\n')
-    assert [e["event"] for e in cli.run_events(events_file)] == ["stage_start", "decision", "collected"]
-    assert cli.run_events(tmp_path / "missing.jsonl") == []
+    assert [e["event"] for e in command.run_events(events_file)] == ["stage_start", "decision", "collected"]
+    assert command.run_events(tmp_path / "missing.jsonl") == []
 
 
 def test_a_job_trained_before_its_id_was_reserved_still_blocks(tmp_path: Path, cluster: list[str]) -> None:
     old = tmp_path / "local" / "trainer"
     old.mkdir(parents=True)
     (old / "job.json").write_text(json.dumps({"state": "finished", "cluster_name": "tfcluster-local", "run": "r"}))
-    with pytest.raises(cli.CommandError, match=r"trainer \(finished, not collected\)"):
+    with pytest.raises(command.CommandError, match=r"trainer \(finished, not collected\)"):
         _destroy()
 
 
 def test_a_collected_run_whose_copy_was_deleted_blocks_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              cluster: list[str]) -> None:
-    monkeypatch.setattr(cli.Command, "playbook", _playbook([DONE, COLLECTED], copy="e" * 64))
-    assert cli.cmd_train(cli.Command(load(), io.StringIO())) == 0
+    monkeypatch.setattr(command.Command, "playbook", _playbook([DONE, COLLECTED], copy="e" * 64))
+    assert commands.cmd_train(command.Command(load(), io.StringIO())) == 0
     shutil.rmtree(tmp_path / "local" / "mnist" / ("e" * 64))
-    with pytest.raises(cli.CommandError, match=r"mnist \(finished, not collected\)"):
+    with pytest.raises(command.CommandError, match=r"mnist \(finished, not collected\)"):
         _destroy()

@@ -1,4 +1,5 @@
-"""Cluster listing from EC2 tags (tfcluster/clusters.py) and the price table (tfcluster/prices.py), with a fake EC2
+"""Cluster listing from EC2 tags (tfcluster/cost/clusters.py) and the price table (tfcluster/cost/prices.py), with a
+fake EC2
 client: what counts as ours, grouping, cost, expiry, and the texts of make clusters / train / destroy."""
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tfcluster import clusters, prices
-from tfcluster.contract import TAG_KEYS
+from tfcluster.core.contract import TAG_KEYS
+from tfcluster.cost import clusters, prices
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -205,7 +206,7 @@ def test_destroy_check_names_what_is_not_in_the_state(monkeypatch: pytest.Monkey
                                                       caplog: pytest.LogCaptureFixture) -> None:
     """make destroy: Terraform destroys what its state holds; the check afterwards fails only on the state's own
     instances and names an imposter carrying the cluster tag as not in the state, leaving it alone."""
-    from tfcluster import provision_aws
+    from tfcluster.provision import aws as provision_aws
 
     hosts = [{"name": "worker-0", "task_type": "worker", "task_index": 0, "instance_id": "i-1"}]
     ec2 = FakeEC2([raw("i-1", ours("alpha", "worker", 0), state="terminated"), *imposters("alpha")])

@@ -1,4 +1,4 @@
-"""The contract is defined once: tfcluster/contract.py. This test reads the whole repository — Python, HCL, YAML,
+"""The contract is defined once: tfcluster/core/contract.py. This test reads the whole repository — Python, HCL, YAML,
 Jinja, unit templates and host scripts — and fails where a shared name is written out again.
 
 * Python imports the contract: no string or number constant equal to a contract value (tag keys, model-dir file
@@ -24,12 +24,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tfcluster import contract
+from tfcluster.core import contract
+
+ROLES_DIR = "playbooks/collections/ansible_collections/tfcluster/cluster/roles/"
 
 REPO = Path(__file__).resolve().parents[2]
 # Not product code: tests assert literal values on purpose, docs and examples explain them to people.
 SKIP_PARTS = ("tests/", "docs/", "examples/", "molecule/", "bench/")
-CONTRACT_FILE = "tfcluster/contract.py"
+CONTRACT_FILE = "tfcluster/core/contract.py"
 TEXT_SUFFIXES = (".yml", ".yaml", ".j2", ".sh", ".cfg", ".service", ".timer")
 MODULE_TF = "infra/modules/gpu_cluster/main.tf"
 VARIABLES_TF = "infra/modules/gpu_cluster/variables.tf"
@@ -223,7 +225,7 @@ def hcl_findings(root: Path, files: Iterable[str]) -> list[str]:
 
 def test_the_contract_is_defined_once() -> None:
     findings = all_findings_in(REPO, list(product(repo_files(REPO))))
-    assert not findings, "shared names written outside tfcluster/contract.py:\n" + "\n".join(findings)
+    assert not findings, "shared names written outside tfcluster/core/contract.py:\n" + "\n".join(findings)
 
 
 # --- the scan can fail: one-place changes in a copy of the repository ----------------------------------------------
@@ -231,7 +233,7 @@ def test_the_contract_is_defined_once() -> None:
 ONE_PLACE_CHANGES = [
     (MODULE_TF, '"tfcluster:task_index"', '"tfcluster:task_idx"', "locals.tag_keys"),
     (VARIABLES_TF, f"= {contract.TF_PORT}", "= 2223", "tf_port default"),
-    ("playbooks/collections/ansible_collections/tfcluster/cluster/roles/tf_job/templates/job.service.j2", None, "SuccessExitStatus=4\n", "a literal exit status"),
+    (ROLES_DIR + "tf_job/templates/job.service.j2", None, "SuccessExitStatus=4\n", "a literal exit status"),
     ("playbooks/site.yml", None, "---\npath: /m/MANIFEST.sha256\n", "'MANIFEST.sha256' is contract.MANIFEST"),
     ("trainer/cli.py", None, 'DONE_FILE = "DONE"\n', "'DONE' is contract.DONE"),
     ("trainer/cli.py", None, "EXIT_SPOT = 3\n", "EXIT_SPOT defines an exit code"),
@@ -338,14 +340,14 @@ def test_every_fixed_name_beside_the_jobs_files_is_reserved() -> None:
 
 
 @pytest.mark.parametrize(("rel", "text", "name"), [
-    ("playbooks/collections/ansible_collections/tfcluster/cluster/roles/newrole/defaults/main.yml", "newrole_cache: /var/lib/tfcluster/cache\n", "cache"),
-    ("playbooks/collections/ansible_collections/tfcluster/cluster/roles/newrole/vars/main.yml", "_newrole_file: \"{{ tfcluster_prefix }}/etc/tfcluster/state.json\"\n",
+    (ROLES_DIR + "newrole/defaults/main.yml", "newrole_cache: /var/lib/tfcluster/cache\n", "cache"),
+    (ROLES_DIR + "newrole/vars/main.yml", "_newrole_file: \"{{ tfcluster_prefix }}/etc/tfcluster/state.json\"\n",
      "state.json"),
-    ("playbooks/collections/ansible_collections/tfcluster/cluster/roles/newrole/defaults/main.yml",
+    (ROLES_DIR + "newrole/defaults/main.yml",
      "newrole_dir: \"{{ tfcluster_prefix | default('') }}/run/tfcluster\"\n"
      "newrole_pid: \"{{ newrole_dir }}/newrole.pid\"\n", "newrole.pid"),
     ("tfcluster/host/newthing.py", 'SPOOL = "/var/log/tfcluster/spool"\n', "spool"),
-    ("playbooks/collections/ansible_collections/tfcluster/cluster/roles/newrole/templates/x.service.j2", "After=tfcluster-metrics.service\n", "metrics"),
+    (ROLES_DIR + "newrole/templates/x.service.j2", "After=tfcluster-metrics.service\n", "metrics"),
 ])
 def test_a_new_fixed_name_that_is_not_reserved_is_caught(tmp_path: Path, rel: str, text: str, name: str) -> None:
     (tmp_path / rel).parent.mkdir(parents=True)

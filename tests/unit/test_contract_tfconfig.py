@@ -1,4 +1,4 @@
-"""Table tests of the shared TF_CONFIG rules (tfcluster/contract.py)."""
+"""Table tests of the shared TF_CONFIG rules (tfcluster/core/contract.py)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,7 @@ import json
 
 import pytest
 
-from tfcluster.contract import (
-    TFConfigError,
-    build_tf_config,
-    chief_of,
-    parse_tf_config,
-    resolve_strategy,
-)
+from tfcluster.core.contract import TFConfigError, build_tf_config, chief_of, parse_tf_config, resolve_strategy
 
 W2 = {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}
 PS = {"chief": ["10.0.0.1:2222"], "ps": ["10.0.0.2:2222"], "worker": ["10.0.0.3:2222", "10.0.0.4:2222"]}

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from tfcluster.duration import (
+from tfcluster.core.duration import (
     IDLE,
     MAX_DURATION,
     TTL,

@@ -1,4 +1,4 @@
-"""make status's table and make logs's choice of host and command (tfcluster/follow.py)."""
+"""make status's table and make logs's choice of host and command (tfcluster/run/follow.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.escapes import IDS, RAW_SHOWN, assert_clean
-from tfcluster import follow
+from tfcluster.run import follow
 
 TASKS = [
     {"host": "w0", "slot": "worker:0", "state": "running/training", "epoch": 2, "epochs": 3, "step": 40,

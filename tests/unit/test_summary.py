@@ -1,4 +1,4 @@
-"""tfcluster.summary: the demo summary and plot."""
+"""tfcluster.cli.summary: the demo summary and plot."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tests.escapes import IDS, RAW_SHOWN, assert_clean
 
 
 def test_demo_summary_and_plot(tmp_path: Path) -> None:
-    from tfcluster import summary as demo
+    from tfcluster.cli import summary as demo
 
     (tmp_path / "DONE").write_text("{}")
     (tmp_path / "metrics.json").write_text(json.dumps({
@@ -25,7 +25,7 @@ def test_demo_summary_and_plot(tmp_path: Path) -> None:
 
 
 def test_demo_refuses_an_unfinished_job(tmp_path: Path) -> None:
-    from tfcluster import summary as demo
+    from tfcluster.cli import summary as demo
 
     with pytest.raises(demo.DemoError, match="holds no finished job"):
         demo.run(tmp_path)
@@ -36,7 +36,7 @@ def test_demo_refuses_an_unfinished_job(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("raw", "shown"), RAW_SHOWN, ids=IDS)
 def test_the_summary_shows_metrics_values_escaped(tmp_path: Path, raw: str, shown: str) -> None:
-    from tfcluster import summary as demo
+    from tfcluster.cli import summary as demo
 
     metrics = {"strategy": raw, "workers": raw, "epochs": raw, "global_batch": raw, "accuracy": raw,
                "loss": 10**400, "examples_per_sec": float("inf")}
@@ -47,7 +47,7 @@ def test_the_summary_shows_metrics_values_escaped(tmp_path: Path, raw: str, show
 
 
 def test_a_long_metrics_value_is_cut(tmp_path: Path) -> None:
-    from tfcluster import summary as demo
+    from tfcluster.cli import summary as demo
 
     line = demo.summary_lines({"strategy": "s" * 100_000}, tmp_path, None)[0]
     assert "s" * (demo.VALUE_LIMIT - 3) + "... on" in line and len(line) < 200

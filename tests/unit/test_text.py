@@ -1,4 +1,4 @@
-"""tfcluster.text: host text shown, never obeyed, by the operator's terminal."""
+"""tfcluster.core.text: host text shown, never obeyed, by the operator's terminal."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import io
 import pytest
 
 from tests.escapes import IDS, RAW_SHOWN, assert_clean
-from tfcluster.text import PrintableWriter, printable, printable_lines
+from tfcluster.core.text import PrintableWriter, printable, printable_lines
 
 
 @pytest.mark.parametrize(("raw", "shown"), RAW_SHOWN, ids=IDS)

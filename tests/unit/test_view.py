@@ -1,5 +1,6 @@
 """The terminal view prints what hosts wrote escaped: a status field, a log line or an exception cannot move the
-cursor, recolour, retitle, write the clipboard or reorder the text (tfcluster/view.py through tfcluster/text.py)."""
+cursor, recolour, retitle, write the clipboard or reorder the text (tfcluster/run/view.py through
+tfcluster/core/text.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.escapes import IDS, RAW_SHOWN, assert_clean
-from tfcluster import view
-from tfcluster.text import printable_lines
+from tfcluster.core.text import printable_lines
+from tfcluster.run import view
 
 
 @pytest.mark.parametrize(("raw", "shown"), RAW_SHOWN, ids=IDS)
@@ -84,7 +85,7 @@ def test_on_a_terminal_the_views_own_cursor_codes_still_redraw_the_block() -> No
 
 @pytest.mark.parametrize(("raw", "shown"), RAW_SHOWN, ids=IDS)
 def test_the_failure_summary_of_a_log_is_escaped_and_capped(raw: str, shown: str) -> None:
-    from tfcluster import failure
+    from tfcluster.run import failure
 
     raw_line = raw.replace("\n", " ")  # summarize reads lines: a newline has split them already
     error = failure.summarize(["Traceback (most recent call last):", f'  File "/job/{raw_line}.py", line 3, in main',

@@ -3,9 +3,9 @@
     python3 -m tfcluster.host.autostop check [--dry-run]   # what the timer runs every 60 s (as root)
     python3 -m tfcluster.host.autostop status              # one JSON line: this host's autostop (read-only)
 
-The autostop role installs this file with tfcluster/contract.py under /opt/tfcluster/autostop (a copy of its own,
+The autostop role installs this file with tfcluster/core/contract.py under /opt/tfcluster/autostop (a copy of its own,
 independent of the trainer release) and a wrapper, ``tfcluster-autostop check|status``. ``status`` is what
-``make status`` condenses into its AUTOSTOP column (playbooks/status.yml, tfcluster/follow.py) and what
+``make status`` condenses into its AUTOSTOP column (playbooks/status.yml, tfcluster/run/follow.py) and what
 playbooks/autostop.yml (``make autostop``) shows for each host after a change.
 
 The host is busy while a tfcluster job unit (contract.UNIT_PREFIX, a .service that is active, activating,
@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from tfcluster.contract import COLLECTED_SUFFIX, DONE, UNIT_PREFIX, is_digits
+from ..core.contract import AUTOSTOP_MODES, COLLECTED_SUFFIX, DONE, UNIT_PREFIX, is_digits
 
 CONFIG = "/etc/tfcluster/autostop.json"
 STATE_DIR = "/var/lib/tfcluster/autostop"
@@ -68,7 +68,7 @@ READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXE
 DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 TIMER = "tfcluster.autostop.timer"  # not under UNIT_PREFIX: a job may be called "autostop"
-MODES: tuple[str, ...] = ("jobs", "jobs_and_ssh")
+MODES = AUTOSTOP_MODES
 BUSY_STATES = frozenset({"active", "activating", "deactivating", "reloading"})
 # Per-connection sshd processes after authentication: "sshd: USER@pts/0", "sshd: USER@notty" (OpenSSH >= 9.8:
 # "sshd-session: ..."). The listener, "[priv]" monitors and pre-auth "[net]" processes carry no "@".

@@ -20,14 +20,7 @@ import stat
 from collections.abc import Mapping
 from typing import Any
 
-try:
-    from tfcluster.contract import EXIT_BAD_INPUT, EXIT_PREEMPTED, JOB_STATES
-except ImportError:  # inside an Ansible module: module_utils of the tfcluster.cluster collection
-    from ansible_collections.tfcluster.cluster.plugins.module_utils.contract import (  # type: ignore
-        EXIT_BAD_INPUT,
-        EXIT_PREEMPTED,
-        JOB_STATES,
-    )
+from ..core.contract import EXIT_BAD_INPUT, EXIT_PREEMPTED, JOB_STATES
 
 # The contract's states by name (an added or renamed state fails here, loudly, at import).
 INACTIVE, RUNNING, RESTARTING, SUCCEEDED, PREEMPTED, FAILED, STOPPED, LOST, TIMEOUT = JOB_STATES

@@ -33,13 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-try:
-    from tfcluster.host.jobspec import pid_alive, read_int
-except ImportError:  # inside an Ansible module: module_utils of the tfcluster.cluster collection
-    from ansible_collections.tfcluster.cluster.plugins.module_utils.jobspec import (  # type: ignore
-        pid_alive,
-        read_int,
-    )
+from .jobspec import pid_alive, read_int
 
 HOLD_MARK = "tfcluster-netns-hold"  # on the holder's command line (guards pid reuse)
 LOCK, PID_FILE, LOG = "lock", "holder.pid", "holder.log"

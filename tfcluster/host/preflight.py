@@ -22,14 +22,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-try:
-    from tfcluster.files import atomic_write_text, sha256_file, tree_digest
-except ImportError:  # inside an Ansible module: module_utils of the tfcluster.cluster collection
-    from ansible_collections.tfcluster.cluster.plugins.module_utils.files import (  # type: ignore
-        atomic_write_text,
-        sha256_file,
-        tree_digest,
-    )
+from ..core.files import atomic_write_text, sha256_file, tree_digest
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "3"}
 IMPORT_CODE = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"

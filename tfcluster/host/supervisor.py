@@ -24,62 +24,30 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-try:
-    from tfcluster.contract import DONE
-    from tfcluster.files import atomic_write_text, fsync_tree, write_manifest
-    from tfcluster.host import netns
-    from tfcluster.host.jobspec import (
-        FAILED,
-        PREEMPTED,
-        RESTARTING,
-        RUNNING,
-        STARTING,
-        STOPPED,
-        SUCCEEDED,
-        SUPERVISE_MARK,
-        TIMEOUT,
-        JobError,
-        dumps,
-        load_spec,
-        main_pid_path,
-        parse_env_file,
-        pid_alive,
-        read_int,
-        read_state,
-        state_path,
-        supervisor_pid_path,
-    )
-except ImportError:  # inside an Ansible module: module_utils of the tfcluster.cluster collection
-    from ansible_collections.tfcluster.cluster.plugins.module_utils import netns  # type: ignore
-    from ansible_collections.tfcluster.cluster.plugins.module_utils.contract import (  # type: ignore
-        DONE,
-    )
-    from ansible_collections.tfcluster.cluster.plugins.module_utils.files import (  # type: ignore
-        atomic_write_text,
-        fsync_tree,
-        write_manifest,
-    )
-    from ansible_collections.tfcluster.cluster.plugins.module_utils.jobspec import (  # type: ignore
-        FAILED,
-        PREEMPTED,
-        RESTARTING,
-        RUNNING,
-        STARTING,
-        STOPPED,
-        SUCCEEDED,
-        SUPERVISE_MARK,
-        TIMEOUT,
-        JobError,
-        dumps,
-        load_spec,
-        main_pid_path,
-        parse_env_file,
-        pid_alive,
-        read_int,
-        read_state,
-        state_path,
-        supervisor_pid_path,
-    )
+from ..core.contract import DONE
+from ..core.files import atomic_write_text, fsync_tree, write_manifest
+from . import netns
+from .jobspec import (
+    FAILED,
+    PREEMPTED,
+    RESTARTING,
+    RUNNING,
+    STARTING,
+    STOPPED,
+    SUCCEEDED,
+    SUPERVISE_MARK,
+    TIMEOUT,
+    JobError,
+    dumps,
+    load_spec,
+    main_pid_path,
+    parse_env_file,
+    pid_alive,
+    read_int,
+    read_state,
+    state_path,
+    supervisor_pid_path,
+)
 
 FAILURE = "failure"  # an exit that counts against the restart budget
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tfcluster import terraform as terraform_toolchain
+from tfcluster.provision import terraform as terraform_toolchain
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +18,7 @@ def tf_env(repo: Path) -> dict[str, str]:
     paths = terraform_toolchain.Paths(repo)
     if not paths.provider_zip.is_file() or not paths.cli_config.is_file():
         pytest.fail("the offline Terraform toolchain is missing: run `make setup` "
-                    "(python -m tfcluster.terraform install)")
+                    "(python -m tfcluster.provision.toolchain install)")
     try:
         terraform_toolchain.terraform_command(paths)
     except terraform_toolchain.ToolchainError as exc:

@@ -1,7 +1,7 @@
 """Real `terraform apply` of infra/local against the emulated AWS endpoint (moto on loopback), read back through
 boto3, fed to the inventory script, destroyed; and bad input that fails at plan and creates nothing.
 
-Runs the project's real entry points (`python -m tfcluster.provision`, `inventory/tfcluster.py`) as subprocesses."""
+Runs the project's real entry points (`python -m tfcluster.provision`, `inventory/slots.py`) as subprocesses."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from tests.ports import free_port
-from tfcluster import localaws
-from tfcluster.contract import TAG_KEYS
+from tfcluster.core.contract import TAG_KEYS
+from tfcluster.provision import localaws
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 EXPIRES = "2030-01-31T18:00:00Z"
@@ -119,7 +119,7 @@ def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_e
 
     # The inventory's terraform source reads the result.
     inv_env = local_env | {"TFCLUSTER_SOURCE": "terraform", "TFCLUSTER_TF_DIR": str(tf_dir)}
-    listed = subprocess.run([sys.executable, str(repo / "inventory" / "tfcluster.py"), "--list"], cwd=repo,
+    listed = subprocess.run([sys.executable, str(repo / "inventory" / "slots.py"), "--list"], cwd=repo,
                             env=inv_env, capture_output=True, text=True, timeout=120, check=False)
     assert listed.returncode == 0, listed.stderr
     inventory = json.loads(listed.stdout)
@@ -129,7 +129,7 @@ def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_e
     assert _plain(hostvars["worker-1"]["tfcluster_address"]) == "127.0.0.1:23102"
     assert _plain(hostvars["worker-1"]["ansible_connection"]) == "local"
     assert _plain(inventory["tfcluster"]["vars"]["tfcluster_cluster_name"]) == cluster
-    tf_config = subprocess.run([sys.executable, str(repo / "inventory" / "tfcluster.py"), "--tf-config", "worker-1"],
+    tf_config = subprocess.run([sys.executable, str(repo / "inventory" / "slots.py"), "--tf-config", "worker-1"],
                                cwd=repo, env=inv_env, capture_output=True, text=True, timeout=120, check=False)
     assert tf_config.returncode == 0, tf_config.stderr
     assert json.loads(tf_config.stdout)["task"] == {"type": "worker", "index": 1}

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tfcluster import terraform as terraform_toolchain
-from tfcluster.files import sha256_file
+from tfcluster.core.files import sha256_file
+from tfcluster.provision import terraform as terraform_toolchain
 
 pytestmark = pytest.mark.integration
 

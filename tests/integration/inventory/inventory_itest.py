@@ -1,5 +1,5 @@
 """Helpers of the inventory's integration tests (imported by name: pytest puts this folder on sys.path): run Ansible's
-own tools against inventory/tfcluster.py as a user would."""
+own tools against inventory/slots.py as a user would."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-SCRIPT = REPO / "inventory" / "tfcluster.py"
+SCRIPT = REPO / "inventory" / "slots.py"
 VENV_BIN = Path(sys.executable).parent
 
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from inventory.build import unmarked
-from inventory.cli import Injected, main
-from inventory.sources.aws import fetch_aws
 from tests.ports import free_port
-from tfcluster.contract import EXIT_BAD_INPUT
+from tfcluster.core.contract import EXIT_BAD_INPUT
+from tfcluster.inventory.build import unmarked
+from tfcluster.inventory.cli import Injected, main
+from tfcluster.inventory.sources.aws import fetch_aws
 
 boto3 = pytest.importorskip("boto3")
 

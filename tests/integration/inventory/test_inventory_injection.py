@@ -154,8 +154,8 @@ def test_ec2_tags(tmp_path: Path, marker: tuple[Path, str], endpoint: str) -> No
 
 
 def test_terraform_outputs(tmp_path: Path, marker: tuple[Path, str]) -> None:
-    from inventory.model import InventoryError
-    from inventory.sources.terraform import find_terraform
+    from tfcluster.inventory.model import InventoryError
+    from tfcluster.inventory.sources.terraform import find_terraform
 
     try:
         find_terraform()

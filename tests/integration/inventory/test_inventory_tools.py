@@ -1,5 +1,5 @@
 """The inventory with real tools: `terraform output -json` through python-terraform, and Ansible's
-`ansible-inventory --list/--graph` running inventory/tfcluster.py as a subprocess (static and local sources)."""
+`ansible-inventory --list/--graph` running inventory/slots.py as a subprocess (static and local sources)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 import yaml
 from inventory_itest import REPO, SCRIPT, ansible, ansible_env, terraform_state
 
-from inventory.build import unmarked
-from inventory.model import InventoryError
-from inventory.sources.terraform import Overrides, fetch_terraform, find_terraform, python_terraform_runner
 from tests.ports import free_port
+from tfcluster.inventory.build import unmarked
+from tfcluster.inventory.model import InventoryError
+from tfcluster.inventory.sources.terraform import Overrides, fetch_terraform, find_terraform, python_terraform_runner
 
 pytestmark = pytest.mark.integration
 

@@ -78,7 +78,7 @@ class Cluster:
         variables = {k: unsafe(v) if k in USER_VARS else v for k, v in variables.items()}
         path = self.tmp / f"vars-{len(list(self.tmp.glob('vars-*.json')))}.json"
         path.write_text(json.dumps(variables))
-        return [str(BIN / "ansible-playbook"), "-i", str(REPO / "inventory/tfcluster.py"),
+        return [str(BIN / "ansible-playbook"), "-i", str(REPO / "inventory/slots.py"),
                 str(REPO / "playbooks" / playbook), "-e", f"@{path}", *args]
 
     def stop_everything(self) -> None:

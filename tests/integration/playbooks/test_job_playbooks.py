@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.playbooks.local_cluster import Cluster, assert_ok, byo_vars, recap
-from tfcluster import contract
+from tfcluster.core import contract
 from tfcluster.host import jobspec
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,7 @@
 """The playbooks for real: ansible-playbook against local slots (connection=local, loopback ports only).
 
 Every test gets its own cluster name, per-host prefix, artifacts directory and free ports, and stops whatever it
-started. The inventory is the real script (inventory/tfcluster.py, TFCLUSTER_SOURCE=local). Extra vars travel as
+started. The inventory is the real script (inventory/slots.py, TFCLUSTER_SOURCE=local). Extra vars travel as
 the `tfcluster` command writes them: a JSON file (-e @file) whose user strings are marked unsafe
 ({"__ansible_unsafe": ...}) so Ansible never templates them. Bring-your-own-script jobs (byo_job.py, no
 TensorFlow) keep most tests fast; the built-in trainer and a TensorFlow-guide-style script run once each with real
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.playbooks.local_cluster import BIN, HERE, PLAYBOOKS, REPO, Cluster, assert_ok, byo_vars, recap
-from tfcluster import contract
+from tfcluster.core import contract
 
 pytestmark = pytest.mark.integration
 
@@ -214,7 +214,7 @@ def test_builtin_trainer_real_multiworker_mirrored(cluster: Cluster) -> None:
     assert metrics["strategy"] == "multi_worker_mirrored" and metrics["workers"] == 2
     assert metrics["epochs"] == 2 and 0.0 < metrics["accuracy"] <= 1.0
     assert (artifacts / "export/saved_model.pb").is_file()
-    demo = subprocess.run([sys.executable, "-m", "tfcluster.summary", "--artifacts", str(artifacts)], cwd=REPO,
+    demo = subprocess.run([sys.executable, "-m", "tfcluster.cli.summary", "--artifacts", str(artifacts)], cwd=REPO,
                           capture_output=True, text=True, timeout=120, check=False)
     assert demo.returncode == 0, demo.stderr
     assert "accuracy" in demo.stdout and str(artifacts) in demo.stdout

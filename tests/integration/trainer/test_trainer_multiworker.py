@@ -9,22 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from trainer_procs import LocalCluster, evaluate_export
-
-from tfcluster import files
+from trainer_procs import LocalCluster, assert_chief_artifacts, evaluate_export
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def _assert_chief_artifacts(model_dir: Path, tensorboard: bool = True) -> dict[str, object]:
-    for name in ("config.json", "metrics.json", "MANIFEST.sha256", "DONE", "export/saved_model.pb"):
-        assert (model_dir / name).is_file(), f"{name} missing in {sorted(p.name for p in model_dir.iterdir())}"
-    assert list((model_dir / "checkpoints").glob("epoch-*.index"))
-    assert bool(list((model_dir / "logs").rglob("events.out.tfevents.*"))) == tensorboard
-    assert files.verify_dir(model_dir) > 0
-    done = json.loads((model_dir / "DONE").read_text())
-    assert done["manifest_sha256"] == files.sha256_file(model_dir / "MANIFEST.sha256")
-    return json.loads((model_dir / "metrics.json").read_text())
 
 
 def test_two_workers_train_to_completion(local_cluster: Callable[..., LocalCluster], mnist_subset: Path,
@@ -35,7 +22,7 @@ def test_two_workers_train_to_completion(local_cluster: Callable[..., LocalClust
     codes = cluster.wait(timeout=240)
     assert codes == {"worker-0": 0, "worker-1": 0}, cluster.logs()
 
-    metrics = _assert_chief_artifacts(cluster.model_dir)
+    metrics = assert_chief_artifacts(cluster.model_dir)
     assert metrics["strategy"] == "multi_worker_mirrored"
     assert metrics["replicas"] == 2 and metrics["workers"] == 2
     assert metrics["global_batch"] == 128
@@ -74,7 +61,7 @@ def test_resume_after_sigkill(local_cluster: Callable[..., LocalCluster], tmp_pa
     cluster.start_all()  # what systemd's Restart=on-failure does, on the same ports
     codes = cluster.wait(timeout=240)
     assert codes == {"worker-0": 0, "worker-1": 0}, cluster.logs()
-    metrics = _assert_chief_artifacts(cluster.model_dir, tensorboard=False)
+    metrics = assert_chief_artifacts(cluster.model_dir, tensorboard=False)
     assert metrics["resumes"] == 1
     assert metrics["initial_epoch"] >= 2, metrics
     assert metrics["epochs"] == 6
@@ -92,7 +79,7 @@ def test_parameter_server_cluster(local_cluster: Callable[..., LocalCluster], tm
     codes = cluster.wait(timeout=240)
     # ps and workers exit 0 once the chief is done
     assert codes == {"chief-0": 0, "ps-0": 0, "worker-0": 0, "worker-1": 0}, cluster.logs()
-    metrics = _assert_chief_artifacts(cluster.model_dir)
+    metrics = assert_chief_artifacts(cluster.model_dir)
     assert metrics["strategy"] == "parameter_server" and metrics["epochs"] == 2
     for name in ("ps-0", "worker-0", "worker-1"):
         assert cluster.status(name)["state"] == "done"

@@ -1,5 +1,6 @@
 """Real single-host trainer runs: mirrored (CPU fallback) on S3 data from moto, TFRecord FILE sharding, the TPU
-wiring error, and spot preemption against a fake IMDSv2 on 127.0.0.1 with backups in moto's S3 (checkpoint_s3)."""
+refusal on a host without one, and spot preemption against a fake IMDSv2 on 127.0.0.1 with backups in moto's S3
+(checkpoint_s3)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 from trainer_procs import LocalCluster, base_env, evaluate_export, free_ports, run_python, run_trainer
 
-from tfcluster import contract, files
+from tfcluster.core import contract, files
 
 pytestmark = pytest.mark.integration
 
@@ -82,6 +83,7 @@ def test_mirrored_from_s3_exports_a_loadable_model(moto_s3: str, mnist_subset: P
     metrics = json.loads((model_dir / "metrics.json").read_text())
     assert metrics["strategy"] == "mirrored" and metrics["replicas"] == 1 and metrics["global_batch"] == 64
     assert metrics["test_accuracy"] > 0.6
+    assert metrics["fit_teardown_s"] <= 1.0, metrics  # fit's iterator is held (docs/trainer.md)
     assert files.verify_dir(model_dir) > 0
     cached = cache / "s3" / "tfcluster-data" / "mnist" / "subset.npz"
     assert hashlib.sha256(cached.read_bytes()).hexdigest() == digest
@@ -127,14 +129,16 @@ def test_tfrecord_needs_a_file_per_worker(local_cluster: Callable[..., LocalClus
     assert "cannot be FILE-sharded" in cluster.procs["worker-1"].text()
 
 
-def test_tpu_wiring_fails_clearly(tmp_path: Path) -> None:
-    port = free_ports(1)[0]
-    result = run_trainer(["--model-dir", str(tmp_path / "m"), "--strategy", "tpu", "--tpu", f"grpc://127.0.0.1:{port}",
-                          "--dataset", "synthetic"], tmp_path, timeout=120)
-    assert result.returncode == 1
-    assert f"no TPU answers at grpc://127.0.0.1:{port}" in result.stderr and "Fix:" in result.stderr
-    status = json.loads((tmp_path / "m" / "status.json").read_text())
-    assert status["state"] == "failed" and "TPU" in status["error"]
+def test_tpu_without_a_tpu_vm_exits_2_before_tensorflow(tmp_path: Path) -> None:
+    """--strategy tpu is a single Cloud TPU VM with TensorFlow <= 2.20 and its TPU runtime: this host has none of
+    it, so the trainer says so and exits 2 before TensorFlow (no server, no status.json)."""
+    started = time.monotonic()
+    result = run_trainer(["--model-dir", str(tmp_path / "m"), "--strategy", "tpu", "--dataset", "synthetic"],
+                         tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "tpu runs only on a single Cloud TPU VM (tpu='local'), with TensorFlow <= 2.20" in result.stderr
+    assert "no TPU device" in result.stderr and "Fix: " in result.stderr
+    assert not (tmp_path / "m" / "status.json").exists() and time.monotonic() - started < 60
 
 
 class FakeImds(http.server.ThreadingHTTPServer):

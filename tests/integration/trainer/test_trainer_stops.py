@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from trainer_procs import REPO, LocalCluster, base_env, free_ports
 
-from tfcluster import contract
+from tfcluster.core import contract
 
 pytestmark = pytest.mark.integration
 

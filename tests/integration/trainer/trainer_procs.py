@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from tfcluster.core import files
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -171,3 +174,25 @@ def evaluate_export(npz: Path, export: Path, tmp: Path) -> dict[str, float]:
     result = run_python(code, tmp)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def assert_chief_artifacts(model_dir: Path, tensorboard: bool = True) -> dict[str, object]:
+    """Every deliverable of a finished chief, DONE last and matching the manifest; returns metrics.json."""
+    for name in ("config.json", "metrics.json", "MANIFEST.sha256", "DONE", "export/saved_model.pb"):
+        assert (model_dir / name).is_file(), f"{name} missing in {sorted(p.name for p in model_dir.iterdir())}"
+    assert list((model_dir / "checkpoints").glob("epoch-*.index"))
+    assert bool(list((model_dir / "logs").rglob("events.out.tfevents.*"))) == tensorboard
+    assert files.verify_dir(model_dir) > 0
+    done = json.loads((model_dir / "DONE").read_text())
+    assert done["manifest_sha256"] == files.sha256_file(model_dir / "MANIFEST.sha256")
+    return json.loads((model_dir / "metrics.json").read_text())
+
+
+def fit_teardowns(cluster: LocalCluster) -> dict[str, float]:
+    """Each task's 'fit returned N s after its last epoch ended' (the trainer's log line)."""
+    out = {}
+    for name, proc in cluster.procs.items():
+        found = re.findall(r"fit returned ([0-9.]+) s after its last epoch ended", proc.text())
+        if found:
+            out[name] = float(found[-1])
+    return out

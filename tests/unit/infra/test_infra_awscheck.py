@@ -1,4 +1,4 @@
-"""tfcluster/awscheck.py and the pure parts of tfcluster/provision_aws.py: what CLUSTER=aws refuses before
+"""tfcluster/provision/awscheck.py and the pure parts of tfcluster/provision/aws.py: what CLUSTER=aws refuses before
 Terraform runs, and what an AWS error during apply tells the user to do next."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from botocore import exceptions as bce
 
-from tfcluster import awscheck, provision_aws
-from tfcluster.awscheck import Target
-from tfcluster.provision import ProvisionError
+from tfcluster.provision import aws as provision_aws
+from tfcluster.provision import awscheck
+from tfcluster.provision.awscheck import Target
+from tfcluster.provision.local import ProvisionError
 
 REPO = Path(__file__).resolve().parents[3]
 

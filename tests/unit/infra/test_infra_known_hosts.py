@@ -1,4 +1,4 @@
-"""tfcluster/known_hosts.py: each cluster's known_hosts, filled from cloud-init's console output."""
+"""tfcluster/provision/known_hosts.py: each cluster's known_hosts, filled from cloud-init's console output."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tfcluster import known_hosts
+from tfcluster.provision import known_hosts
 
 ED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIJfrOlzBMaKL3RDX01RAAlUVXOY/uoJhb4aXt4eymqv"
 

@@ -1,5 +1,6 @@
 """Static checks of the Terraform sources against the contract and each other: every validation is exercised and says
-how to fix, the tag keys and ports equal tfcluster.contract, the roots pass every input and expose the same outputs,
+how to fix, the tag keys and ports equal tfcluster.core.contract, the roots pass every input and expose the same
+outputs,
 the hosts output is what the inventory accepts. Text-level (no terraform needed)."""
 
 from __future__ import annotations
@@ -9,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from inventory.sources.terraform import HOST_FIELDS
-from tfcluster import contract
+from tfcluster.core import contract
+from tfcluster.inventory.sources.terraform import HOST_FIELDS
 
 INFRA = Path(__file__).resolve().parents[3] / "infra"
 MODULE = INFRA / "modules" / "gpu_cluster"
 ROOT_OUTPUTS = {"hosts", "connect", "bastion", "ssh_user", "tf_port", "cluster_name", "region", "availability_zone",
-                "gpu_vendor", "checkpoint_s3", "autostop_down", "expires_at"}
+                "gpu_vendor", "checkpoint_s3", "autostop_down", "expires_at",
+                # the CLI: zone failover, `make plan`'s newer-image line, the instance store, the boot guard
+                "offering_zones", "ami_in_use", "ami_latest", "instance_store", "autostop"}
 ROOTS = ("aws", "local", "examples/efa")
 
 
@@ -132,7 +135,9 @@ def test_module_uses_nothing_missing_from_3_39_or_deprecated_now() -> None:
     text = re.sub(r"#.*", "", _read("modules/gpu_cluster/*.tf"))  # code, not comments
     for name in ("interface_type", "instance_market_options", "launch_template", "primary_network_interface",
                  "network_interface {", 'data "aws_region"', "aws_vpc_security_group_ingress_rule", "locations",
-                 "cpu_core_count", "block_duration_minutes", "inline_policy", "domain ", "aws_s3_bucket"):
+                 "cpu_core_count", "block_duration_minutes", "inline_policy", "domain ", "aws_s3_bucket",
+                 "capacity_reservation_specification", "instance_metadata_tags", "efa_maximum_interfaces",
+                 "maximum_network_cards"):
         assert name not in text, name
 
 

@@ -1,15 +1,21 @@
-"""tfcluster.provision and tfcluster.localaws: the pure parts (slots, -var arguments, plan view, endpoint records)."""
+"""tfcluster.provision and tfcluster.provision.localaws: the pure parts (slots, -var arguments, plan view, endpoint
+records)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 from pathlib import Path
 
 import pytest
 
-from tfcluster import localaws, provision
+from tfcluster import kinds
+from tfcluster.inventory.cli import plan_lines
+from tfcluster.provision import common, localaws
+from tfcluster.provision import local as provision
+from tfcluster.provision.__main__ import main as provision_main
 
 
 @pytest.mark.parametrize(("workers", "strategy", "expected"), [
@@ -41,20 +47,23 @@ def test_var_args() -> None:
 
 def test_tf_dir_must_be_a_root_module(tmp_path: Path) -> None:
     with pytest.raises(provision.ProvisionError, match="not a Terraform root module"):
-        provision.tf_dir_for("local", {}, str(tmp_path))
+        common.tf_dir_for("local", {}, str(tmp_path))
     (tmp_path / "main.tf").write_text("")
-    assert provision.tf_dir_for("local", {"TFCLUSTER_TF_DIR": str(tmp_path)}) == tmp_path.resolve()
+    assert common.tf_dir_for("local", {"TFCLUSTER_TF_DIR": str(tmp_path)}) == tmp_path.resolve()
 
 
 def test_local_env_never_carries_real_credentials() -> None:
-    env = provision.tf_env("local", {"PATH": "", "AWS_PROFILE": "prod", "AWS_ACCESS_KEY_ID": "AKIAREAL",
-                                     "AWS_SESSION_TOKEN": "t"})
+    env = provision.environment({"PATH": "", "AWS_PROFILE": "prod", "AWS_ACCESS_KEY_ID": "AKIAREAL",
+                                 "AWS_SESSION_TOKEN": "t"})
     assert env["AWS_ACCESS_KEY_ID"] == "testing" and "AWS_PROFILE" not in env and "AWS_SESSION_TOKEN" not in env
 
 
-def test_onprem_has_nothing_to_provision(caplog: pytest.LogCaptureFixture) -> None:
-    assert provision.main(["plan", "--cluster", "onprem"]) == 2
-    assert "CLUSTER=onprem has nothing to provision" in caplog.text
+def test_onprem_has_nothing_to_provision() -> None:
+    onprem = kinds.get("onprem")
+    with pytest.raises(kinds.KindError, match=r"CLUSTER=onprem has nothing to apply: its hosts exist already\. Fix: "):
+        onprem.provision_argv(kinds.Target(kind="onprem", name="lab"), "apply")
+    assert kinds.get("aws").provision_argv(kinds.Target(kind="aws", name="c", auto_approve=True), "apply")[-4:] == \
+        ["apply", "--backend", "aws", "--auto-approve"]
 
 
 PLAN = {"output_changes": {"hosts": {"after": [
@@ -66,21 +75,21 @@ PLAN = {"output_changes": {"hosts": {"after": [
 
 
 def test_planned_hosts_and_view_before_addresses_are_known() -> None:
-    hosts = provision.planned_hosts(PLAN)
+    hosts = common.planned_hosts(PLAN)
     assert [h["name"] for h in hosts] == ["chief-0", "worker-0", "evaluator-0"]
-    view = provision.plan_view(hosts, "auto")
-    assert "worker-0       worker:0       worker-0:2222" in view
-    chief_line = next(line for line in view.splitlines() if line.startswith("  chief-0: "))
-    config = json.loads(chief_line.split(": ", 1)[1])
+    view = plan_lines(hosts, "auto", "tfcluster-aws")  # the inventory's own TF_CONFIG code, as --tf-config all
+    assert any(line.startswith("worker-0       worker:0       worker-0:2222") for line in view)
+    chief_line = next(line for line in view if line.startswith("  chief-0 TF_CONFIG="))
+    config = json.loads(shlex.split(chief_line.split("=", 1)[1])[0])
     assert config == {"cluster": {"chief": ["chief-0:2222"], "worker": ["worker-0:2222"]},
                       "task": {"type": "chief", "index": 0}}  # the evaluator stays out of the cluster
 
 
 def test_planned_hosts_from_a_plan_without_changes() -> None:
     plan = {"planned_values": {"outputs": {"hosts": {"value": PLAN["output_changes"]["hosts"]["after"]}}}}
-    assert len(provision.planned_hosts(plan)) == 3
-    assert provision.planned_hosts({}) == []
-    assert provision.plan_view([], "auto") == "no hosts in the plan"
+    assert len(common.planned_hosts(plan)) == 3
+    assert common.planned_hosts({}) == []
+    assert plan_lines([], "auto", "x") == ["no hosts in the plan"]
 
 
 def test_endpoint_record_roundtrip(tmp_path: Path) -> None:
@@ -119,8 +128,9 @@ def test_default_port_errors(monkeypatch: pytest.MonkeyPatch, raw: str, message:
 
 
 def test_upgrade_and_known_hosts_are_aws_actions(caplog: pytest.LogCaptureFixture) -> None:
-    assert provision.main(["upgrade", "--cluster", "local"]) == 1
-    assert "`upgrade` is for CLUSTER=aws" in caplog.text
+    assert provision_main(["upgrade", "--backend", "local"]) == 1
+    assert "`upgrade` is not an action of the local backend. Fix: use one of apply, plan, destroy, output" \
+        in caplog.text
 
 
 @pytest.fixture
@@ -136,8 +146,8 @@ def no_aws_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_aws_apply_without_credentials_stops_before_terraform(
         no_aws_credentials: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[list[str]] = []
-    monkeypatch.setattr(provision, "run_terraform", lambda args, *a, **k: ran.append(list(args)))
-    assert provision.main(["apply", "--cluster", "aws"]) == 1
+    monkeypatch.setattr(common, "run_terraform", lambda args, *a, **k: ran.append(list(args)))
+    assert provision_main(["apply", "--backend", "aws"]) == 1
     lines = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(lines) == 1 and lines[0].startswith("no AWS credentials found") and "Fix: `aws configure`" in lines[0]
     assert ran == []  # not even `terraform init`
@@ -146,7 +156,7 @@ def test_aws_apply_without_credentials_stops_before_terraform(
 def test_aws_profile_that_does_not_exist(no_aws_credentials: None, caplog: pytest.LogCaptureFixture,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_PROFILE", "ml")
-    assert provision.main(["plan", "--cluster", "aws"]) == 1
+    assert provision_main(["plan", "--backend", "aws"]) == 1
     assert "AWS profile 'ml' is not in ~/.aws/config. Fix: `aws configure --profile ml`" in caplog.text
 
 
@@ -154,19 +164,19 @@ def test_registry_init_never_keeps_the_mirrors_version(tmp_path: Path, monkeypat
                                                        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("INFO")
     ran: list[list[str]] = []
-    monkeypatch.setattr(provision, "run_terraform", lambda args, *a, **k: ran.append(list(args)))
+    monkeypatch.setattr(common, "run_terraform", lambda args, *a, **k: ran.append(list(args)))
     (tmp_path / ".terraform.lock.hcl").write_text('provider "registry.terraform.io/hashicorp/aws" {\n'
                                                   '  version = "3.39.0"\n}\n')
     config = {"TF_CLI_CONFIG_FILE": str(tmp_path / ".terraform.lock.hcl")}  # any file: the check is that it exists
-    provision.prepare(tmp_path, config, "aws")
+    common.prepare(tmp_path, config, "registry")
     assert ran[-1] == ["init", "-input=false", "-upgrade"]
     assert "pins hashicorp/aws 3.39.0 (the offline mirror's); taking the newest version" in caplog.text
-    provision.prepare(tmp_path, {**config, "TFCLUSTER_TF_MIRROR": "1"}, "aws")
+    common.prepare(tmp_path, {**config, "TFCLUSTER_TF_MIRROR": "1"}, "registry")
     assert ran[-1] == ["get"]  # the mirror as an override: the lock file is not touched
-    provision.prepare(tmp_path, config, "local")
+    common.prepare(tmp_path, config, "mirror")
     assert ran[-1] == ["init", "-input=false", "-upgrade=false"]
-    with pytest.raises(provision.ProvisionError, match=r"CLI config .*missing\. Fix: `make setup`"):
-        provision.prepare(tmp_path, {"TF_CLI_CONFIG_FILE": str(tmp_path / "nope")}, "aws")
+    with pytest.raises(common.ProvisionError, match=r"CLI config .*missing\. Fix: `make setup`"):
+        common.prepare(tmp_path, {"TF_CLI_CONFIG_FILE": str(tmp_path / "nope")}, "registry")
 
 
 @pytest.mark.parametrize(("stdout", "code", "name"), [
@@ -179,14 +189,14 @@ def test_state_cluster_name_is_a_name_or_none(monkeypatch: pytest.MonkeyPatch, s
                                               name: str | None) -> None:
     import subprocess
 
-    monkeypatch.setattr(provision, "run_terraform",
+    monkeypatch.setattr(common, "run_terraform",
                         lambda args, *a, **k: subprocess.CompletedProcess(args, code, stdout=stdout, stderr=""))
-    assert provision.state_cluster_name(Path("."), {}) == name
+    assert common.state_cluster_name(Path("."), {}) == name
 
 
 def test_upgrade_needs_the_registry(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TFCLUSTER_TF_MIRROR", "1")
-    assert provision.main(["upgrade", "--cluster", "aws"]) == 1
+    assert provision_main(["upgrade", "--backend", "aws"]) == 1
     assert "nothing to upgrade to. Fix: unset TFCLUSTER_TF_MIRROR" in caplog.text
 
 

@@ -1,4 +1,5 @@
-"""tfcluster/terraform.py and tfmirror.py: CLI config per cluster, init arguments, lock file, shim, PATH lookup,
+"""tfcluster/provision/terraform.py and tfmirror.py: CLI config per cluster, init arguments, lock file, shim, PATH
+lookup,
 provider extraction (no network, no terraform)."""
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tfcluster import terraform as tc
-from tfcluster import tfmirror
+from tfcluster import kinds
+from tfcluster.provision import mirror as tfmirror
+from tfcluster.provision import terraform as tc
 
 
 def test_cli_config_takes_aws_only_from_the_mirror(tmp_path: Path) -> None:
@@ -38,13 +40,13 @@ def test_override_config_uses_the_unpacked_mirror_provider_and_never_the_lock(tm
 def test_env_always_points_at_the_project_config(tmp_path: Path, preset: str | None) -> None:
     base = {"PATH": "/usr/bin"} | ({"TF_CLI_CONFIG_FILE": preset} if preset is not None else {})
     paths = tc.Paths(tmp_path)
-    env = tc.terraform_env(base, paths, cluster="local")
+    env = tc.terraform_env(base, paths, provider=tc.MIRROR)
     assert env["TF_CLI_CONFIG_FILE"] == str(paths.cli_config)
     assert env["PATH"].split(os.pathsep)[0] == str(paths.venv_bin)
     assert env["CHECKPOINT_DISABLE"] == "1"
 
 
-@pytest.mark.parametrize(("cluster", "env", "mode"), [
+@pytest.mark.parametrize(("kind", "env", "mode"), [
     ("aws", {}, tc.REGISTRY),                           # a real AWS run: the public registry by default
     ("aws", {tc.MIRROR_ENV: "1"}, tc.OVERRIDE),         # opt-in offline mirror (the twin), lock file untouched
     ("aws", {tc.REGISTRY_ENV: "1"}, tc.REGISTRY),
@@ -52,13 +54,18 @@ def test_env_always_points_at_the_project_config(tmp_path: Path, preset: str | N
     ("local", {tc.REGISTRY_ENV: "1"}, tc.REGISTRY),
     ("local", {tc.MIRROR_ENV: "1"}, tc.MIRROR),
 ])
-def test_provider_source_per_cluster(tmp_path: Path, cluster: str, env: dict[str, str], mode: str) -> None:
-    assert tc.mode_for(cluster, env) == mode
+def test_provider_source_per_kind(tmp_path: Path, kind: str, env: dict[str, str], mode: str) -> None:
+    """Each kind names its root's provider source (tfcluster.kinds); the toolchain decides only from that."""
+    provider = kinds.get(kind).provider
+    assert tc.mode_for(provider, env) == mode
     paths = tc.Paths(tmp_path)
-    assert tc.terraform_env({"PATH": "", **env}, paths, cluster=cluster)["TF_CLI_CONFIG_FILE"] == \
+    assert tc.terraform_env({"PATH": "", **env}, paths, provider=provider)["TF_CLI_CONFIG_FILE"] == \
         str(paths.config_of(mode))
-    assert tc.terraform_env({"PATH": "", "CLUSTER": cluster, **env}, paths)["TF_CLI_CONFIG_FILE"] == \
-        str(paths.config_of(mode))  # the Makefile's CLUSTER when no cluster is passed
+
+
+def test_an_unknown_provider_source_is_refused() -> None:
+    with pytest.raises(tc.ToolchainError, match="unknown provider source 'aws': one of mirror, registry"):
+        tc.mode_for("aws", {})
 
 
 @pytest.mark.parametrize(("mode", "locked", "upgrade", "args"), [

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from inventory.cli import Injected, main
+from tfcluster.inventory.cli import Injected, main
 
 CliRun = Callable[..., tuple[int, str, str]]
 

@@ -38,7 +38,7 @@ class FakeEC2:
 def instance(iid: str, private_ip: str | None, task_type: str, index: str, public_ip: str | None = None,
              **tags: str) -> dict[str, Any]:
     """A DescribeInstances entry of cluster `c` with the slot tags (extra tags by contract key: port=..., ...)."""
-    from tfcluster.contract import TAG_KEYS
+    from tfcluster.core.contract import TAG_KEYS
 
     all_tags = {TAG_KEYS["cluster"]: "c", TAG_KEYS["task_type"]: task_type, TAG_KEYS["task_index"]: index,
                 **{TAG_KEYS[k]: v for k, v in tags.items()}}

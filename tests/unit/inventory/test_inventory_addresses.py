@@ -16,14 +16,15 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from inventory_helpers import FakeEC2, instance, runner_for
 
-from inventory.access import parse_bastion_text
-from inventory.build import validate_cluster
-from inventory.cli import Injected
-from inventory.fields import address_problem, is_address
-from inventory.known_hosts import KEY_TYPES, KnownHostsLineError, known_hosts_line, lines, render
-from inventory.model import InventoryError
-from inventory.sources.static import static_hosts
-from tfcluster.contract import EXIT_BAD_INPUT
+from tfcluster.core.addresses import address_problem, is_address
+from tfcluster.core.contract import EXIT_BAD_INPUT
+from tfcluster.core.sshkeys import KEY_TYPES, KnownHostsLineError, known_hosts_line, lines
+from tfcluster.inventory.access import parse_bastion_text
+from tfcluster.inventory.build import render_known_hosts as render
+from tfcluster.inventory.build import validate_cluster
+from tfcluster.inventory.cli import Injected
+from tfcluster.inventory.model import InventoryError
+from tfcluster.inventory.sources.static import static_hosts
 
 ED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIJfrOlzBMaKL3RDX01RAAlUVXOY/uoJhb4aXt4eymqv"
 EC = ("ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBNo/X/WwnjYNO+mTCcaZtRDe+TFBnWZheBYwAw"
@@ -125,7 +126,7 @@ def test_the_script_writes_no_trust_anything_line(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TFCLUSTER_")}
     env.update(_static_env(tmp_path, {"hosts": [{"address": f"fd00::1%x\n* {PLAIN}\n@cert-authority * {PLAIN}\n",
                                                  "host_keys": [ED]}]}))
-    script = Path(__file__).resolve().parents[3] / "inventory" / "tfcluster.py"
+    script = Path(__file__).resolve().parents[3] / "inventory" / "slots.py"
     for argv in MODES:
         done = subprocess.run([sys.executable, str(script), *argv], env=env, capture_output=True, text=True,
                               timeout=60, check=False)

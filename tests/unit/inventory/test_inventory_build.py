@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from inventory.access import SshTrust
-from inventory.build import build_inventory, dumps, unmarked, validate_cluster
-from inventory.cli import Injected
-from inventory.model import HostSpec, InventoryError, SourceResult
-from tfcluster.contract import EXIT_BAD_INPUT, build_tf_config, chief_of, parse_tf_config, tf_config_json, unsafe
+from tfcluster.core.contract import EXIT_BAD_INPUT, build_tf_config, chief_of, parse_tf_config, tf_config_json, unsafe
+from tfcluster.inventory.access import SshTrust
+from tfcluster.inventory.build import build_inventory, dumps, unmarked, validate_cluster
+from tfcluster.inventory.cli import Injected
+from tfcluster.inventory.model import HostSpec, InventoryError, SourceResult
 
 
 def _specs(*slots: tuple[str, int]) -> SourceResult:

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inventory.cli import load_cluster
-from inventory.config import load_settings
-from inventory.known_hosts import key_problem, parse_host_keys, render
-from inventory.model import InventoryError
-from tfcluster.contract import EXIT_BAD_INPUT
+from tfcluster.core.contract import EXIT_BAD_INPUT
+from tfcluster.core.sshkeys import key_problem, parse_host_keys
+from tfcluster.inventory.build import render_known_hosts as render
+from tfcluster.inventory.cli import load_cluster
+from tfcluster.inventory.config import load_settings
+from tfcluster.inventory.model import InventoryError
 
 ED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIJfrOlzBMaKL3RDX01RAAlUVXOY/uoJhb4aXt4eymqv"
 EC = ("ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBNo/X/WwnjYNO+mTCcaZtRDe+TFBnWZheBYwAw"

@@ -14,11 +14,11 @@ import pytest
 import yaml
 from inventory_helpers import FakeEC2, instance, runner_for
 
-from inventory.access import SshTrust, jump_command, ssh_args
-from inventory.build import unmarked
-from inventory.cli import Injected
-from inventory.model import Access, Bastion
-from tfcluster.contract import EXIT_BAD_INPUT, LOCAL_BASE_PORT, TF_PORT
+from tfcluster.core.contract import EXIT_BAD_INPUT, LOCAL_BASE_PORT, TF_PORT
+from tfcluster.inventory.access import SshTrust, jump_command, ssh_args
+from tfcluster.inventory.build import unmarked
+from tfcluster.inventory.cli import Injected
+from tfcluster.inventory.model import Access, Bastion
 
 
 def _list(cli, env: dict[str, str], injected: Injected = Injected()) -> dict[str, Any]:  # noqa: B008

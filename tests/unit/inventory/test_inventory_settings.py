@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from inventory.access import SshTrust
-from inventory.config import load_settings
-from inventory.model import Bastion, InventoryError
+from tfcluster.inventory.access import SshTrust
+from tfcluster.inventory.config import load_settings
+from tfcluster.inventory.model import Bastion, InventoryError
 
 AWS = {"TFCLUSTER_SOURCE": "aws", "TFCLUSTER_CLUSTER": "exp1"}
 BASTION_FIX = "write e.g. TFCLUSTER_BASTION=ubuntu@203.0.113.5 or TFCLUSTER_BASTION=ubuntu@[2001:db8::5]:2200"

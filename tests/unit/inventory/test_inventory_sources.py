@@ -12,13 +12,13 @@ import pytest
 import yaml
 from inventory_helpers import fixture_json, instance, runner_for
 
-from inventory.build import build_inventory, dumps, unmarked, validate_cluster
-from inventory.cli import Injected, load_cluster
-from inventory.config import load_settings
-from inventory.model import InventoryError, SourceResult
-from inventory.sources.aws import instance_spec
-from inventory.sources.local import local_hosts
-from inventory.sources.terraform import Overrides, read_outputs, terraform_hosts
+from tfcluster.inventory.build import build_inventory, dumps, unmarked, validate_cluster
+from tfcluster.inventory.cli import Injected, load_cluster
+from tfcluster.inventory.config import load_settings
+from tfcluster.inventory.model import InventoryError, SourceResult
+from tfcluster.inventory.sources.aws import instance_spec
+from tfcluster.inventory.sources.local import local_hosts
+from tfcluster.inventory.sources.terraform import Overrides, read_outputs, terraform_hosts
 
 
 def _shuffles(items: list[Any], n: int = 5) -> list[list[Any]]:
@@ -118,7 +118,7 @@ def test_terraform_empty_hosts_says_provision(tmp_path: Path) -> None:
 
 
 def test_terraform_executable_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import inventory.sources.terraform as tf_source
+    from tfcluster.inventory.sources import terraform as tf_source
 
     monkeypatch.setattr(tf_source.shutil, "which", lambda _name: None)
     monkeypatch.setattr(tf_source.sys, "executable", str(tmp_path / "python"))

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from inventory_helpers import FakeEC2, instance, runner_for
 
-from inventory.cli import Injected
-from tfcluster.contract import EXIT_BAD_INPUT
+from tfcluster.core.contract import EXIT_BAD_INPUT
+from tfcluster.inventory.cli import Injected
 
 JINJA = "{{ lookup('pipe', 'touch MARKER') }}"
 Q = repr(JINJA)

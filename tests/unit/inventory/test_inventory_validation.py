@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inventory.build import _name_tfconfig_problem, validate_cluster
-from inventory.model import HostSpec, InventoryError, SourceResult
-from tfcluster.contract import EXIT_BAD_INPUT, Problem
+from tfcluster.core.contract import EXIT_BAD_INPUT, Problem
+from tfcluster.inventory.build import _name_tfconfig_problem, validate_cluster
+from tfcluster.inventory.model import HostSpec, InventoryError, SourceResult
 
 
 def _spec(label: str, task_type: object = "worker", index: object = 0, address: object = "10.0.0.1",
@@ -135,7 +135,7 @@ def test_each_problem_is_reported(specs: list[HostSpec], strategy: str, expected
 
 
 def test_tfconfig_problem_is_named_with_the_host() -> None:
-    """A tfcluster.contract problem about cluster.worker[3] is relabelled with the host that holds that slot."""
+    """A tfcluster.core.contract problem about cluster.worker[3] is relabelled with the host that holds that slot."""
     problem = Problem("cluster.worker[3]", "address is odd", "fix it")
     named = _name_tfconfig_problem(problem, {"worker": ("a:1",) * 4}, {("worker", 3): "hosts[7] (gpu-d)"})
     assert str(named) == "hosts[7] (gpu-d) (cluster.worker[3]): address is odd. Fix: fix it"

@@ -166,7 +166,7 @@ def test_hosts_file_is_the_static_inventory_format() -> None:
 def test_hosts_file_is_accepted_by_the_static_source() -> None:
     from pathlib import Path
 
-    static = pytest.importorskip("inventory.sources.static")
+    static = pytest.importorskip("tfcluster.inventory.sources.static")
     spec = make_spec("pt", ("chief", "ps", "worker"), "10.9.8.0/24")
     result = static.static_hosts(yaml.safe_load(render_hosts_file(spec, "/k")), Path("hosts.yml"), 12345)
     assert result.problems == ()
@@ -271,7 +271,7 @@ def test_hosts_file_carries_host_keys_and_the_bastion_when_isolated() -> None:
 def test_hosts_file_with_keys_and_bastion_is_accepted_by_the_static_source() -> None:
     from pathlib import Path
 
-    static = pytest.importorskip("inventory.sources.static")
+    static = pytest.importorskip("tfcluster.inventory.sources.static")
     spec = cloud_spec()
     keys = {"tw-worker-0": KEY, "tw-worker-1": KEY, "tw-bastion": KEY}
     result = static.static_hosts(yaml.safe_load(render_hosts_file(spec, "/k", keys, isolated=True)),

@@ -1,10 +1,9 @@
 """The collector: the chief's side (manifest_info: as the job user, no symlink followed) and the control side
-(tfcluster.collect: bounded tar stream, every sha256, versioned copies behind an atomically swapped `current`)."""
+(tfcluster.collect.ssh: bounded tar stream, every sha256, versioned copies behind an atomically swapped `current`)."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import json
 import os
@@ -12,27 +11,19 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
-from tfcluster import collect, files, transfer
+from tfcluster.collect import ssh as collect
+from tfcluster.collect import store, transfer
+from tfcluster.core import files, paths
 
 REPO = Path(__file__).resolve().parents[3]
 PLUGINS = REPO / "playbooks/collections/ansible_collections/tfcluster/cluster/plugins"
 
 
-def load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-modeldir = load("tfc_modeldir", PLUGINS / "module_utils/modeldir.py")
+from ansible_collections.tfcluster.cluster.plugins.module_utils import modeldir  # noqa: E402
 
 FILES = {"export/saved_model.pb": b"graph" * 1000, "export/variables/v.data": bytes(range(256)) * 4096,
          "checkpoints/ckpt-1.index": b"idx", "metrics.json": b'{"epochs": 3}'}
@@ -155,7 +146,7 @@ def test_pull_brings_every_file_home_verified_versioned_and_is_idempotent(
     assert out["changed"] is True and out["version"] == version and out["entries"] == len(FILES)
     assert os.readlink(dest / "current") == version
     assert files_under(dest / "current") == {*FILES, "MANIFEST.sha256", "DONE", "status.json"}
-    assert collect.verify_dir(dest / "current") == len(FILES)
+    assert files.verify_dir(dest / "current") == len(FILES)
     assert fake_ssh.exists() == (connection == "ssh")
     again = collect.pull(request(src, dest, connection))
     assert again["changed"] is False and "Already collected" in again["msg"]
@@ -180,7 +171,7 @@ def test_a_recollect_keeps_the_previous_good_copy(tmp_path: Path, fake_ssh: Path
         f"{hashlib.sha256((src / rel).read_bytes()).hexdigest()}  {rel}\n" for rel in sorted(FILES)))
     second = collect.pull(request(src, dest))["version"]
     assert first != second and os.readlink(dest / "current") == second
-    assert collect.verify_dir(dest / first) == len(FILES)  # the older copy is still whole
+    assert files.verify_dir(dest / first) == len(FILES)  # the older copy is still whole
 
 
 def test_an_empty_manifest_is_a_success_with_nothing_to_collect(tmp_path: Path, fake_ssh: Path) -> None:
@@ -247,11 +238,11 @@ def test_a_chief_that_sends_too_much_is_cut_off_with_nothing_left(tmp_path: Path
 
 def test_byte_cap_counts_free_space_and_collector_max_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(collect.CollectError, match="more than collector_max_bytes=1,000"):
-        collect.byte_cap(tmp_path, 5_000, max_bytes=1_000)
-    monkeypatch.setattr(collect.shutil, "disk_usage", lambda _p: type("U", (), {"free": 100 << 20})())
+        store.byte_cap(tmp_path, 5_000, max_bytes=1_000)
+    monkeypatch.setattr(store.shutil, "disk_usage", lambda _p: type("U", (), {"free": 100 << 20})())
     with pytest.raises(collect.CollectError, match="free"):
-        collect.byte_cap(tmp_path, 50 << 20)
-    assert collect.byte_cap(tmp_path, 1_000, slack=10) == 1_010
+        store.byte_cap(tmp_path, 50 << 20)
+    assert store.byte_cap(tmp_path, 1_000, slack=10) == 1_010
 
 
 def test_the_transfer_is_bounded_in_time(tmp_path: Path) -> None:
@@ -479,7 +470,7 @@ def test_a_link_inside_staging_is_not_followed_either(tmp_path: Path, link: str)
 
 def test_the_role_asks_for_the_configured_optional_names() -> None:
     """The set of files is the control side's: the role passes collector_optional_files, not the chief's list."""
-    role_vars = yaml.safe_load((REPO / "playbooks/collections/ansible_collections/tfcluster/cluster/roles/collector/vars/main.yml").read_text())
+    role_vars = yaml.safe_load((paths.ROLES / "collector/vars/main.yml").read_text())
     for request_var in ("_collector_request", "_collector_s3_request"):
         assert role_vars[request_var]["optional_names"] == "{{ collector_optional_files }}"
     assert "collector_optional_files" not in str(role_vars["_collector_request"].get("optional"))
@@ -488,7 +479,7 @@ def test_the_role_asks_for_the_configured_optional_names() -> None:
 def test_a_manifest_is_never_written_for_a_name_the_collector_would_refuse(tmp_path: Path) -> None:
     """A job that writes a file named with an escape fails at the manifest, naming it, instead of leaving a model
     dir whose manifest nobody can collect."""
-    from tfcluster.files import ManifestError, write_manifest
+    from tfcluster.core.files import ManifestError, write_manifest
 
     (tmp_path / "ok.txt").write_text("fine")
     (tmp_path / "bad\x1b]52;c;AAAA\x07").write_text("payload")

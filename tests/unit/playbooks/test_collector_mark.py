@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tfcluster import contract
+from tfcluster.core import contract
 from tfcluster.host import autostop
 
 REPO = Path(__file__).resolve().parents[3]

@@ -10,8 +10,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tfcluster import collect_s3
-from tfcluster.transfer import CollectError
+from tfcluster.collect import s3 as collect_s3
+from tfcluster.collect.transfer import CollectError
 
 FILES = {"export/saved_model.pb": b"graph" * 100, "metrics.json": b'{"epochs": 1}'}
 

@@ -1,11 +1,19 @@
-"""tfcluster/drivers.py: the nvidia_driver role's decisions (OS x arch x instance type x driver present x Secure
+"""tfcluster/host/drivers.py: the nvidia_driver role's decisions (OS x arch x instance type x driver present x Secure
 Boot), as a table."""
 
 from __future__ import annotations
 
 import pytest
 
-from tfcluster.drivers import HostFacts, family, has_nvswitch, kernel_flavour, nvidia_gpus, plan, precompiled_packages
+from tfcluster.host.drivers import (
+    HostFacts,
+    family,
+    has_nvswitch,
+    kernel_flavour,
+    nvidia_gpus,
+    plan,
+    precompiled_packages,
+)
 
 GPU = ("0x10de", "0x030200")  # NVIDIA 3D controller
 NVSWITCH = ("0x10de", "0x068000")  # NVIDIA bridge: an NVSwitch

@@ -6,6 +6,7 @@ firewalld is found."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -16,6 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tfcluster import kinds
 
 REPO = Path(__file__).resolve().parents[3]
 ROLE = REPO / "playbooks" / "collections" / "ansible_collections" / "tfcluster" / "cluster" / "roles" / "firewall"
@@ -63,9 +66,15 @@ def test_only_the_training_port_is_filtered_so_nccl_passes() -> None:
 
 @pytest.mark.parametrize(("cluster", "enabled"), [("onprem", True), ("aws", True), ("local", False)])
 def test_the_firewall_is_on_for_onprem_and_aws_hosts(cluster: str, enabled: bool) -> None:
-    value = render("{{ _firewall_active }}", tfcluster_cluster=cluster, tfcluster_local=False,
+    """The kind decides (its traits, from the inventory); the role only reads them."""
+    traits = json.loads(kinds.get(cluster).traits.to_json())
+    value = render("{{ _firewall_active }}", tfcluster_kind_traits=traits, tfcluster_local=False,
                    ansible_connection="ssh")
     assert str(value) == str(enabled)
+
+
+def test_without_the_kind_s_traits_the_firewall_stays_off() -> None:
+    assert str(render("{{ _firewall_active }}", tfcluster_local=False, ansible_connection="ssh")) == "False"
 
 
 def _unit(name: str, state: str | None) -> dict[str, Any]:

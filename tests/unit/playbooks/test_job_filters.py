@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from tfcluster import contract
+from tfcluster.core import contract
 
 REPO = Path(__file__).resolve().parents[3]
 PLUGINS = REPO / "playbooks/collections/ansible_collections/tfcluster/cluster/plugins"

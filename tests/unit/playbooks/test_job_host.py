@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tfcluster import contract, files
+from tfcluster.core import contract, files
 from tfcluster.host import jobspec, jobstatus, preflight, supervisor
 
 REPO = Path(__file__).resolve().parents[3]

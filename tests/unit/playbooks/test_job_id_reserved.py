@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tfcluster import contract
+from tfcluster.core import contract
 
 REPO = Path(__file__).resolve().parents[3]
 PLAY = """- hosts: localhost

@@ -16,12 +16,10 @@ from typing import Any
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from tfcluster import contract, files
+from tfcluster.core import contract, files
 from tfcluster.host import jobspec
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "playbooks/collections"))  # the collection, as Ansible's loader finds it
-
 from ansible_collections.tfcluster.cluster.plugins.modules import job, job_info, job_preflight  # noqa: E402
 
 

@@ -1,4 +1,5 @@
-"""The wait decision (tfcluster/wait.py) and the failure summary (tfcluster/failure.py): pure functions, tables."""
+"""The wait decision (tfcluster/run/wait.py) and the failure summary (tfcluster/run/failure.py): pure functions,
+tables."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tfcluster import contract
-from tfcluster.failure import summarize
+from tfcluster.core import contract
 from tfcluster.host import jobspec
-from tfcluster.wait import DECISIONS, DONE_DECISION, FAILED_DECISION, STALLED, Settings, decide, remembered_state
+from tfcluster.run.failure import summarize
+from tfcluster.run.wait import DECISIONS, DONE_DECISION, FAILED_DECISION, STALLED, Settings, decide, remembered_state
 
 RUNNING, SUCCEEDED, PREEMPTED, TIMEOUT = jobspec.RUNNING, jobspec.SUCCEEDED, jobspec.PREEMPTED, jobspec.TIMEOUT
 STOPPED, INACTIVE, FAILED, LOST = jobspec.STOPPED, jobspec.INACTIVE, jobspec.FAILED, jobspec.LOST

@@ -16,8 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tfcluster import contract, events
+from tfcluster.core import contract
 from tfcluster.host import jobspec, supervisor
+from tfcluster.run import events
 
 REPO = Path(__file__).resolve().parents[3]
 PLUGIN = REPO / "playbooks/collections/ansible_collections/tfcluster/cluster/plugins/action/wait.py"

@@ -1,8 +1,9 @@
-"""Hash-pinned host requirements (tfcluster/lock.py) and the air-gapped wheelhouse (tfcluster/wheelhouse.py).
+"""Hash-pinned host requirements (tfcluster/prepare/lock.py) and the air-gapped wheelhouse
+(tfcluster/prepare/wheelhouse.py).
 
 The GPU set (tensorflow[and-cuda] and its nvidia-*-cu12 wheels, GBs) is proven to resolve from the pinned wheels
 alone without downloading them: metadata-only stand-in wheels, generated from the real pinned names, versions and
-requirements (recorded in requirements-gpu.metadata.json by `python -m tfcluster.lock compile`), go into a
+requirements (recorded in requirements-gpu.metadata.json by `python -m tfcluster.prepare.lock compile`), go into a
 directory that pip resolves from with --no-index. An opt-in test (TFCLUSTER_REAL_GPU_WHEELHOUSE=1) does the same with
 the real wheels.
 
@@ -26,7 +27,8 @@ import pytest
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 
-from tfcluster import cli, lock, release, wheelhouse
+from tfcluster.cli import main as cli
+from tfcluster.prepare import lock, release, wheelhouse
 
 METADATA = json.loads(lock.GPU_METADATA.read_text())
 MAKE_WHEEL = lock.REPO / "molecule" / "default" / "make_wheel.py"  # writes tfcluster_probe-1.0, a real wheel
@@ -69,7 +71,7 @@ def test_the_gpu_lock_pins_every_cuda_wheel_tensorflow_asks_for_within_its_range
 
 def test_the_recorded_metadata_belongs_to_this_lock() -> None:
     assert METADATA["lock_sha256"] == hashlib.sha256(lock.GPU_LOCK.read_bytes()).hexdigest(), \
-        "run `python -m tfcluster.lock compile` after changing a lock"
+        "run `python -m tfcluster.prepare.lock compile` after changing a lock"
 
 
 def stand_in(directory: Path, name: str, version: str, requires: list[str]) -> None:

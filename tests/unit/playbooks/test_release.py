@@ -1,4 +1,4 @@
-"""tfcluster/release.py (the release is what hosts run, by content digest; the prepare digest) and the
+"""tfcluster/prepare/release.py (the release is what hosts run, by content digest; the prepare digest) and the
 tfcluster.cluster.release module (digest checked on the host, `current` swapped atomically)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tfcluster import release
-from tfcluster.files import tree_digest
+from tfcluster.core.files import tree_digest
+from tfcluster.prepare import release
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -27,8 +27,10 @@ def test_the_release_holds_only_what_hosts_run(tmp_path: Path) -> None:
     top = sorted(p.name for p in Path(out["path"]).iterdir())
     assert top == ["tfcluster", "trainer"]
     shipped = {p.name for p in (Path(out["path"]) / "tfcluster").iterdir()}
-    assert {"__init__.py", "contract.py", "files.py"} <= shipped
-    assert not shipped & {"provision.py", "terraform.py", "collect.py", "release.py", "wheelhouse.py", "cli.py"}
+    assert shipped == {"__init__.py", "core", "host"}  # the shipped floors, whole; no control-machine stage
+    tree = Path(out["path"]) / "tfcluster"
+    assert {p.name for p in (tree / "core").iterdir()} == {p.name for p in (REPO / "tfcluster/core").glob("*.py")}
+    assert {p.name for p in (tree / "host").iterdir()} == {p.name for p in (REPO / "tfcluster/host").glob("*.py")}
     assert tree_digest(out["path"]) == out["digest"] and Path(out["archive"]).is_file()
     assert not list(Path(out["path"]).rglob("*.pyc"))
 
@@ -43,9 +45,9 @@ def copy_repo(tmp: Path) -> Path:
 def test_a_control_machine_change_leaves_the_digest_alone_a_host_change_does_not(tmp_path: Path) -> None:
     repo = copy_repo(tmp_path)
     first = stage(tmp_path, repo)["digest"]
-    (repo / "tfcluster/provision.py").write_text("# changed\n")
+    (repo / "tfcluster/provision/local.py").write_text("# changed\n")
     assert stage(tmp_path, repo)["digest"] == first
-    (repo / "tfcluster/contract.py").write_text((repo / "tfcluster/contract.py").read_text() + "# changed\n")
+    (repo / "tfcluster/core/contract.py").write_text((repo / "tfcluster/core/contract.py").read_text() + "# changed\n")
     assert stage(tmp_path, repo)["digest"] != first
 
 
@@ -127,7 +129,7 @@ def test_a_staged_tree_edited_by_hand_is_replaced(tmp_path: Path) -> None:
 
 
 def test_cli_stage_prints_everything_the_playbook_reads(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "tfcluster.release", "stage", "--dest", str(tmp_path / "s"),
+    proc = subprocess.run([sys.executable, "-m", "tfcluster.prepare.release", "stage", "--dest", str(tmp_path / "s"),
                            "--inputs", str(REPO / "playbooks/site.yml")], cwd=REPO, capture_output=True, text=True,
                           check=True)
     out = json.loads(proc.stdout)

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tfcluster.core import paths
+
 REPO = Path(__file__).resolve().parents[3]
-ROLES = sorted((REPO / "playbooks" / "collections" / "ansible_collections" / "tfcluster" / "cluster" / "roles").glob("*/meta/main.yml"))
+ROLES = sorted(paths.ROLES.glob("*/meta/main.yml"))
 COLLECTION = REPO / "playbooks/collections/ansible_collections/tfcluster/cluster"
 MODULES = ("state_probe", "release", "manifest_info", "driver_facts")
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import grp
 import hashlib
-import importlib.util
 import json
 import os
 import pwd
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -20,15 +18,8 @@ REPO = Path(__file__).resolve().parents[3]
 PROBE = REPO / "playbooks/collections/ansible_collections/tfcluster/cluster/plugins/module_utils/probe.py"
 
 
-def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("tfc_probe", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from ansible_collections.tfcluster.cluster.plugins.module_utils import probe  # noqa: E402
 
-
-probe = load(PROBE)
 ME = pwd.getpwuid(os.getuid()).pw_name
 MY_GROUP = grp.getgrgid(os.getgid()).gr_name
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tfcluster import contract, files
+from tfcluster.core import contract, files
 from trainer import artifacts, spot, stop
 
 

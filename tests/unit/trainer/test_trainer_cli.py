@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,9 +12,11 @@ import pytest
 
 from trainer import cli, config
 from trainer.config import ConfigError, build_parser, parse_invocation
+from trainer.devices import TpuHost
 
 REPO = Path(__file__).resolve().parents[3]
 W2 = {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
+TPU_VM = TpuHost("tpu-vm-1", ("/dev/accel0",), True, None, "2.20.0")
 
 
 def tfc(cluster: object, task_type: object = "worker", index: object = 0) -> str:
@@ -28,15 +31,17 @@ def tfc(cluster: object, task_type: object = "worker", index: object = 0) -> str
     ([], tfc({"chief": ["h:1"], "ps": ["h:2"], "worker": ["h:3"]}, "ps", 0), ("parameter_server", "ps:0", False)),
     ([], tfc({"chief": ["h:1"], "ps": ["h:2"], "worker": ["h:3"]}, "chief", 0), ("parameter_server", "chief:0",
      True)),
-    (["--strategy", "tpu", "--tpu", "grpc://10.0.0.2:8470"], None, ("tpu", "local:0", True)),
+    (["--strategy", "tpu"], None, ("tpu", "local:0", True)),
+    (["--strategy", "tpu", "--tpu", "local"], None, ("tpu", "local:0", True)),
     (["--strategy", "mirrored"], None, ("mirrored", "local:0", True)),
 ])
 def test_valid_invocations(tmp_path: Path, argv: list[str], tf_config: str | None,
                            expected: tuple[str, str, bool]) -> None:
     env = {"TF_CONFIG": tf_config} if tf_config else {}
-    inv = parse_invocation(["--model-dir", str(tmp_path), "--dataset", "synthetic", *argv], env)
+    inv = parse_invocation(["--model-dir", str(tmp_path), "--dataset", "synthetic", *argv], env, lambda: TPU_VM)
     assert (inv.strategy, inv.task, inv.is_chief) == expected
-    assert inv.config.batch_size_per_replica == 64 and inv.config.model_dir == str(tmp_path)
+    assert inv.config.optimisation.batch_size_per_replica == 64 and inv.config.model_dir == str(tmp_path)
+    assert inv.tpu == "local"
 
 
 BAD = [
@@ -51,8 +56,9 @@ BAD = [
     (["--strategy", "parameter_server"], tfc(W2), "cluster.chief", "exactly one chief"),
     (["--strategy", "multi_worker_mirrored"], None, "TF_CONFIG", "is not set"),
     ([], tfc(W2, "evaluator", 0), "task.type", "no side-car evaluator"),
-    (["--strategy", "tpu"], None, "--tpu", "needs a TPU name"),
-    (["--tpu", "x"], None, "--tpu", "only used with --strategy tpu"),
+    (["--strategy", "tpu"], None, "--strategy", "tpu runs only on a single Cloud TPU VM (tpu='local')"),
+    (["--strategy", "tpu", "--tpu", "grpc://10.0.0.2:8470"], None, "argv", "invalid choice"),
+    (["--tpu", "local"], None, "--tpu", "only used with --strategy tpu"),
     (["--jit-compile", "on"], tfc(W2), "--jit-compile", "no CPU collectives"),
     (["--imds-endpoint", "169.254.169.254"], None, "--imds-endpoint", "not an http(s) URL"),
     (["--data", "/nonexistent/mnist.npz", "--dataset", "mnist"], None, "--data", "does not exist"),
@@ -114,7 +120,40 @@ def test_every_flag_is_documented_in_help_and_docs(repo: Path) -> None:
 
 def test_config_fields_match_flags() -> None:
     dests = {a.dest for a in build_parser()._actions if a.dest != "help"}
-    assert dests == set(config.TrainConfig.__dataclass_fields__)
+    assert dests == {"model_dir", *config.FLAG_FIELDS}
+    groups = {g.title: {a.dest for a in g._group_actions} for g in build_parser()._action_groups}
+    for name, cls in config.GROUPS.items():  # one --help group per TrainConfig group, with exactly its flags
+        assert groups[name] == {dest for dest, (group, _) in config.FLAG_FIELDS.items() if group == name}, name
+        fields = {f.name for g, f in config.FLAG_FIELDS.values() if g == name}
+        assert {f.name for f in dataclasses.fields(cls)} == fields
+
+
+# config.json's "config" keys (one per flag, flat) as written before TrainConfig was grouped: readers keep working.
+CONFIG_JSON_KEYS = {
+    "model_dir", "strategy", "tpu", "dataset", "data", "data_sha256", "s3_endpoint_url", "cache_dir",
+    "synthetic_examples", "max_examples", "model", "epochs", "steps_per_epoch", "batch_size_per_replica",
+    "learning_rate", "steps_per_execution", "shuffle_buffer", "seed", "jit_compile", "mixed_precision", "collective",
+    "gpus", "require_gpu", "evaluate", "tensorboard", "checkpoint_s3", "status_file", "status_interval", "spot_watch",
+    "imds_endpoint", "spot_poll_interval", "server_timeout", "log_level"}
+
+
+def test_config_is_grouped_and_config_json_stays_flat(tmp_path: Path) -> None:
+    argv = ["--model-dir", str(tmp_path), "--dataset", "synthetic", "--epochs", "7", "--model", "cnn-heavy",
+            "--checkpoint-s3", "s3://bucket/jobs/a", "--spot-watch", "off", "--no-tensorboard"]
+    cfg = parse_invocation(argv, {}).config
+    assert isinstance(cfg.data, config.DataConfig) and cfg.data.dataset == "synthetic" and cfg.data.path is None
+    assert (cfg.optimisation.epochs, cfg.model.name, cfg.s3.checkpoint, cfg.spot.watch) == \
+        (7, "cnn-heavy", "s3://bucket/jobs/a", "off")
+    assert cfg.reporting.tensorboard is False and cfg.distribution.strategy == "auto"
+    flat = cfg.to_dict()
+    assert set(flat) == CONFIG_JSON_KEYS
+    assert (flat["epochs"], flat["model"], flat["checkpoint_s3"], flat["spot_watch"], flat["data"]) == \
+        (7, "cnn-heavy", "s3://bucket/jobs/a", "off", None)
+    assert config.TrainConfig.from_flags(flat) == cfg
+    with pytest.raises(TypeError, match="no_such_flag"):
+        config.TrainConfig.from_flags({**flat, "no_such_flag": 1})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.optimisation.epochs = 8  # type: ignore[misc]
 
 
 def test_prepare_writes_config_json_and_clears_done(tmp_path: Path) -> None:
@@ -144,6 +183,13 @@ def test_bad_tf_config_exits_2_before_tensorflow(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "TF_NOT_IMPORTED" in result.stdout
     assert "cluster.worker[1]: address 127.0.0.1:1 is also used by worker[0]. Fix:" in result.stderr
+
+
+def test_strategy_tpu_without_a_tpu_exits_2_before_tensorflow(tmp_path: Path) -> None:
+    result = _run(["--model-dir", str(tmp_path / "m"), "--strategy", "tpu", "--dataset", "synthetic"], {}, tmp_path)
+    assert result.returncode == 2 and "TF_NOT_IMPORTED" in result.stdout
+    assert "--strategy: host " in result.stderr and "single Cloud TPU VM (tpu='local')" in result.stderr
+    assert "no TPU device (/dev/accel* or /dev/vfio/[0-9]*)" in result.stderr and "Fix: " in result.stderr
 
 
 def test_help_exits_0() -> None:

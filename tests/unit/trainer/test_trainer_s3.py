@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tfcluster import files
+from tfcluster.core import files
 from trainer import s3
 
 moto = pytest.importorskip("moto")

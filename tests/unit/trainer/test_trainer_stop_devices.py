@@ -3,7 +3,6 @@ the environment, the ETA, the stop request and what SIGTERM does in each phase o
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import signal
 import subprocess
@@ -13,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tfcluster import contract
+from tfcluster.core import contract
 from trainer import stop
-from trainer.config import MODELS, ConfigError, TrainConfig, build_parser, parse_invocation
-from trainer.devices import gpu_problem, resolve_collective
-from trainer.timeline import Plan, Timeline, eta_seconds, process_age
+from trainer.config import FLAG_FIELDS, MODELS, ConfigError, TrainConfig, build_parser, parse_invocation
+from trainer.devices import TpuHost, gpu_problem, probe_tpu_host, resolve_collective, tpu_problem
+from trainer.timeline import Plan, Timeline, eta_seconds, plan_for, process_age
 
 REPO = Path(__file__).resolve().parents[3]
 W2 = json.dumps({"cluster": {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}, "task": {"type": "worker", "index": 0}})
@@ -64,7 +63,7 @@ def test_collective_and_gpus_from_flags_and_env(tmp_path: Path, argv: list[str],
                                                 expected: tuple[str, bool, int]) -> None:
     inv = parse_invocation(["--model-dir", str(tmp_path), "--dataset", "synthetic", *argv],
                            {contract.ENV_TF_CONFIG: W2, **env})
-    assert (inv.collective, inv.require_gpu, inv.config.gpus) == expected
+    assert (inv.collective, inv.require_gpu, inv.config.distribution.gpus) == expected
     assert inv.to_dict()["collective"] == expected[0]
 
 
@@ -88,9 +87,9 @@ def test_defaults_live_in_the_dataclass_once(tmp_path: Path) -> None:
     inv = parse_invocation(["--model-dir", str(tmp_path)], {})
     assert inv.config == TrainConfig(model_dir=str(tmp_path))
     help_text = " ".join(parser.format_help().split())
-    for f in dataclasses.fields(TrainConfig):
-        if f.name not in ("model_dir", "evaluate", "tensorboard"):
-            assert f"(default: {f.default}" in help_text, f.name
+    for dest, (_, f) in FLAG_FIELDS.items():
+        if dest not in ("evaluate", "tensorboard"):
+            assert f"(default: {f.default}" in help_text, dest
     choices = next(a.choices for a in parser._actions if a.dest == "model")
     assert tuple(choices) == tuple(MODELS)
 
@@ -98,8 +97,52 @@ def test_defaults_live_in_the_dataclass_once(tmp_path: Path) -> None:
 def test_checkpoint_s3_from_env_and_flag(tmp_path: Path) -> None:
     env = {contract.ENV_CHECKPOINT_S3: "s3://job-bucket/jobs/a"}
     base = ["--model-dir", str(tmp_path), "--dataset", "synthetic"]
-    assert parse_invocation(base, env).config.checkpoint_s3 == "s3://job-bucket/jobs/a"
-    assert parse_invocation([*base, "--checkpoint-s3", "s3://other/p"], env).config.checkpoint_s3 == "s3://other/p"
+    assert parse_invocation(base, env).config.s3.checkpoint == "s3://job-bucket/jobs/a"
+    assert parse_invocation([*base, "--checkpoint-s3", "s3://other/p"], env).config.s3.checkpoint == "s3://other/p"
+
+
+TPU_VM = TpuHost("tpu-vm-1", ("/dev/accel0", "/dev/accel1"), True, None, "2.20.0")
+
+
+@pytest.mark.parametrize(("host", "words"), [
+    (TPU_VM, None),
+    (TpuHost("tpu-vm-1", ("/dev/vfio/0",), True, "2.20.0", None), None),  # a TPU VM image's own TensorFlow 2.20
+    (TpuHost("cpu-1", (), False, "2.21.0", None), "no TPU device"),
+    (TpuHost("cpu-1", (), False, "2.21.0", None), "no TPU runtime"),
+    (TpuHost("cpu-1", (), False, "2.21.0", None), "TensorFlow 2.21.0 has no TPU support"),
+    (TpuHost("tpu-vm-1", ("/dev/accel0",), True, "2.21.0", None), "TensorFlow 2.21.0 has no TPU support"),
+    (TpuHost("tpu-vm-1", ("/dev/accel0",), False, None, "2.20.0"), "no TPU runtime"),
+])
+def test_tpu_problem(host: TpuHost, words: str | None) -> None:
+    problem = tpu_problem(host)
+    if words is None:
+        assert problem is None
+        return
+    assert problem is not None and problem.field == "--strategy" and words in problem.message
+    assert f"host {host.name}" in problem.message and "single Cloud TPU VM (tpu='local')" in problem.message
+    assert "TensorFlow <= 2.20" in problem.message and "STRATEGY=mirrored" in problem.fix
+
+
+def test_probe_tpu_host_reads_devices_and_runtime_without_tensorflow(tmp_path: Path) -> None:
+    nodes = {"/dev/accel*": ["/dev/accel1", "/dev/accel0"], "/dev/vfio/[0-9]*": []}
+    library = tmp_path / "libtpu.so"
+    library.write_bytes(b"")
+    host = probe_tpu_host({"TPU_LIBRARY_PATH": str(library)}, devices=lambda pattern: nodes[pattern])
+    assert host.devices == ("/dev/accel0", "/dev/accel1") and host.runtime
+    bare = probe_tpu_host({}, devices=lambda pattern: [])
+    assert bare.devices == () and not bare.runtime and bare.tensorflow and bare.tensorflow_tpu is None
+    assert "tensorflow" not in sys.modules
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ((3, None, 64, 1, 60000), Plan(3, 937, 64)),
+    ((3, None, 64, 2, 60000), Plan(3, 468, 128)),
+    ((2, 50, 64, 2, 60000), Plan(2, 50, 128)),
+    ((1, None, 64, 4, 100), Plan(1, 1, 256)),  # fewer examples than one batch: one step
+    ((1, None, 64, 1, None), Plan(1, 1, 64)),
+])
+def test_plan_for(args: tuple[int, int | None, int, int, int | None], expected: Plan) -> None:
+    assert plan_for(*args) == expected
 
 
 @pytest.mark.parametrize(("epoch", "step", "rate", "expected"), [

@@ -2,7 +2,7 @@
 
 Runs on the control machine only (no module, no contact with the host): it reads the options Ansible resolved for
 this host's connection plugin (address, port, user, key, ssh arguments, host key checking) and become settings, and
-returns them as ``reach`` — the fields of ``tfcluster.reach.Reach``. The wait loop, the collector's tar stream and
+returns them as ``reach`` — the fields of ``tfcluster.run.reach.Reach``. The wait loop, the collector's tar stream and
 ``make logs`` build their ssh command from it, so they reach a host exactly as Ansible does (bastion, known_hosts).
 """
 
@@ -16,7 +16,7 @@ DOCUMENTATION = r"""
 name: reach_info
 short_description: How the control machine reaches this host outside Ansible
 description:
-  - Returns C(reach), the resolved connection settings of the host (the fields of C(tfcluster.reach.Reach)).
+  - Returns C(reach), the resolved connection settings of the host (the fields of C(tfcluster.run.reach.Reach)).
   - Contacts nothing; runs on the control machine.
 author: tfcluster
 """

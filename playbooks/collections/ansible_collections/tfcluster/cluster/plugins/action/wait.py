@@ -1,11 +1,11 @@
 """Action plugin: wait for a tfcluster job, on the control machine, in one bounded loop.
 
 Every ``interval`` seconds it reads every task's status at once (a thread per host: ``python3 -m
-tfcluster.host.jobstatus status SPEC`` over ssh, the way Ansible reaches the host - tfcluster.reach; a local slot
-is read in-process), decides with tfcluster.wait.decide, emits a ``progress`` event and, at least every
+tfcluster.host.jobstatus status SPEC`` over ssh, the way Ansible reaches the host - tfcluster.run.reach; a local slot
+is read in-process), decides with tfcluster.run.wait.decide, emits a ``progress`` event and, at least every
 ``print_every`` seconds (and whenever a task changes state), prints one line per task. It returns when the job is
 done or over (failed, stalled, preempted, timeout, stopped) with the culprit, its log tail and the failure summary
-(tfcluster.failure) - and a ``decision`` event. It starts and stops nothing: the playbook stops every task on a
+(tfcluster.run.failure) - and a ``decision`` event. It starts and stops nothing: the playbook stops every task on a
 failed decision.
 """
 
@@ -23,15 +23,15 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from tfcluster import events
-from tfcluster.contract import SLOT_ORDER, is_digits
-from tfcluster.failure import summarize
+from tfcluster.core.contract import SLOT_ORDER, is_digits
+from tfcluster.core.text import printable
 from tfcluster.host import jobstatus
 from tfcluster.host.jobspec import JobError
-from tfcluster.reach import Reach, ReachError
-from tfcluster.text import printable
-from tfcluster.view import task_line
-from tfcluster.wait import OVER, RUNNING, Settings, decide, kind, log_lines, shown
+from tfcluster.run import events
+from tfcluster.run.failure import summarize
+from tfcluster.run.reach import Reach, ReachError
+from tfcluster.run.view import task_line
+from tfcluster.run.wait import OVER, RUNNING, Settings, decide, kind, log_lines, shown
 
 DOCUMENTATION = r"""
 name: wait
@@ -205,7 +205,7 @@ def poll(target: Mapping[str, Any], lines: int, timeout: float) -> dict[str, Any
 
 def parse_answer(returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
     """A host's status answer (its last stdout line), any text: {"status": a JSON object with a ``state``} or
-    {"error": text}. The status's fields are checked by tfcluster.wait.decide (status_problem)."""
+    {"error": text}. The status's fields are checked by tfcluster.run.wait.decide (status_problem)."""
     try:
         data = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError, RecursionError):

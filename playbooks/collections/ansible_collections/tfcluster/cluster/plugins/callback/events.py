@@ -1,28 +1,28 @@
 """Callback plugin: plays and failures as events for the `tfcluster` command's terminal view.
 
-Writes nothing unless TFCLUSTER_EVENTS names a file (see tfcluster/events.py); the `tfcluster` command enables the
+Writes nothing unless TFCLUSTER_EVENTS names a file (see tfcluster/run/events.py); the `tfcluster` command enables the
 plugin and sets the variable, so a plain ansible-playbook run is unaffected.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
-from ansible.plugins.callback import CallbackBase
-
 DOCUMENTATION = r"""
 name: events
 type: notification
-author: tfcluster
+author: tfcluster (@tfcluster)
 short_description: Plays and failures as JSON lines for the tfcluster command
 description:
   - Appends one JSON object per line to the file named by TFCLUSTER_EVENTS - a play started or ended (with its
     duration and whether a host failed in it), a task failed or a host was unreachable (host, task, message).
   - The tfcluster command reads them and prints one line per stage; the full output goes to its log file.
 requirements:
-  - the tfcluster package on the control machine (tfcluster.events)
+  - the tfcluster package on the control machine (tfcluster.run.events)
 """
+
+import time
+from typing import Any
+
+from ansible.plugins.callback import CallbackBase
 
 MAX_MESSAGE = 2000
 
@@ -35,7 +35,7 @@ class CallbackModule(CallbackBase):
 
     def __init__(self) -> None:
         super().__init__()
-        from tfcluster import events
+        from tfcluster.run import events
 
         self._emit = events.emit
         self._notice_tag = events.NOTICE_TAG

@@ -2,7 +2,7 @@
 quoting, argument lists.
 
 They run on the control machine and hold no rule of their own: slots, addresses, the chief and the strategies are
-tfcluster/contract.py's; this file only builds the cluster from the hosts' slots and maps each problem back to the
+tfcluster/core/contract.py's; this file only builds the cluster from the hosts' slots and maps each problem back to the
 host that holds the slot (table tests: tests/unit/playbooks/test_job_filters.py).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from tfcluster import contract
+from tfcluster.core import contract
 
 DOCUMENTATION = r"""
 name: job

@@ -1,23 +1,18 @@
-"""Lookup plugin: a name of the tfcluster contract (tfcluster/contract.py), so YAML and Jinja hold no copy."""
+"""Lookup plugin: a name of the tfcluster contract (tfcluster/core/contract.py), so YAML and Jinja hold no copy."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible.errors import AnsibleLookupError
-from ansible.plugins.lookup import LookupBase
-
 DOCUMENTATION = r"""
 name: contract
-author: tfcluster
+author: tfcluster (@tfcluster)
 short_description: A name of the tfcluster contract
 description:
   - Returns a name the parts of tfcluster share (tag keys, model-dir files, exit codes, job states, task types),
-    read from C(tfcluster/contract.py) on the control machine, so no YAML or Jinja file holds a copy.
+    read from C(tfcluster/core/contract.py) on the control machine, so no YAML or Jinja file holds a copy.
   - A dotted term reads into a mapping, for example C(TAG_KEYS.cluster) or C(EXIT_CODES.preempted).
 options:
   _terms:
-    description: Names of the contract (see C(tfcluster.contract.contract_vars)).
+    description: Names of the contract (see C(tfcluster.core.contract.contract_vars)).
     required: true
 """
 
@@ -33,10 +28,15 @@ _raw:
   type: list
 """
 
+from typing import Any
+
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
+
 
 class LookupModule(LookupBase):
     def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[Any]:
-        from tfcluster.contract import contract_vars
+        from tfcluster.core.contract import contract_vars
 
         names = contract_vars()
         values = []

@@ -13,17 +13,8 @@ import stat
 from collections.abc import Iterable
 from typing import Any
 
-try:
-    from tfcluster.contract import DONE, MANIFEST
-    from tfcluster.files import ManifestError, parse_manifest, quote_name, rel_problem
-except ImportError:  # inside an Ansible module
-    from ansible_collections.tfcluster.cluster.plugins.module_utils.contract import DONE, MANIFEST  # type: ignore
-    from ansible_collections.tfcluster.cluster.plugins.module_utils.files import (  # type: ignore
-        ManifestError,
-        parse_manifest,
-        quote_name,
-        rel_problem,
-    )
+from .core.contract import DONE, MANIFEST
+from .core.files import ManifestError, parse_manifest, quote_name, rel_problem
 
 MAX_MANIFEST_BYTES = 16 << 20
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW
@@ -90,7 +81,7 @@ def _entries(text: str, where: str) -> list[tuple[str, str]]:
 
 
 def _checked_optional(optional: Iterable[str]) -> list[str]:
-    """The optional names, each a plain path inside the model dir (the name rule of tfcluster.files); a name that
+    """The optional names, each a plain path inside the model dir (the name rule of tfcluster.core.files); a name that
     could leave it is refused before anything is opened."""
     names = list(optional)
     for name in names:
@@ -107,7 +98,7 @@ def describe(model_dir: str, optional: Iterable[str] = ()) -> dict[str, Any]:
     Returns ``{done, manifest, manifest_sha256, files: [{path, sha256, size}], optional: [{path, size}],
     problems: [str], total_bytes}``; ``done`` False (and nothing else read) when DONE or the dir itself is missing
     (a job that never ran there, or a dry run). Every name, listed or optional, passes the name rule of
-    tfcluster.files (relative, no '..', no control character), or ModelDirError."""
+    tfcluster.core.files (relative, no '..', no control character), or ModelDirError."""
     optional = _checked_optional(optional)
     not_done: dict[str, Any] = {"done": False, "manifest": "", "manifest_sha256": "", "files": [], "optional": [],
                                 "problems": [], "total_bytes": 0}

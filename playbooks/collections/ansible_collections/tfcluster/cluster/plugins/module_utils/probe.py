@@ -24,10 +24,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-try:
-    from tfcluster.files import sha256_file
-except ImportError:  # inside an Ansible module
-    from ansible_collections.tfcluster.cluster.plugins.module_utils.files import sha256_file  # type: ignore
+from .core.files import sha256_file
 
 DPKG_STATUS = "/var/lib/dpkg/status"
 FIND_CODE = ("import importlib.util, json, sys; "

@@ -1,22 +1,7 @@
 #!/usr/bin/python
-"""tfcluster.cluster.driver_facts: a host's GPU facts and the driver plan (tfcluster/drivers.py)."""
+"""tfcluster.cluster.driver_facts: a host's GPU facts and the driver plan (tfcluster/host/drivers.py)."""
 
 from __future__ import annotations
-
-import glob
-import os
-import platform
-import shutil
-import subprocess
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.tfcluster.cluster.plugins.module_utils.drivers import (
-    NVIDIA_VENDOR,
-    HostFacts,
-    nvidia_gpus,
-    plan,
-    precompiled_packages,
-)
 
 DOCUMENTATION = r"""
 module: driver_facts
@@ -25,9 +10,10 @@ description:
   - Reads the PCI devices (vendor and class of each), the OS release, architecture and kernel, Secure Boot, whether
     C(nvidia-smi) works and, on Ubuntu with an NVIDIA GPU, whether apt offers Canonical's precompiled modules for the
     running kernel.
-  - Returns the facts and the plan of C(tfcluster.drivers.plan) (skip, verify, install or refuse, with the packages).
+  - Returns the facts and the plan of C(tfcluster.host.drivers.plan) (skip, verify, install or refuse, with the
+    packages).
   - Read-only.
-author: tfcluster
+author: tfcluster (@tfcluster)
 version_added: "1.0.0"
 options:
   branch:
@@ -42,11 +28,9 @@ options:
     description: The host is the control machine (a local slot); the role never installs there.
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - tfcluster.cluster.attributes
+  - tfcluster.cluster.attributes.info_module
 """
 
 EXAMPLES = r"""
@@ -72,6 +56,21 @@ smi:
   returned: always
   type: list
 """
+
+import glob
+import os
+import platform
+import shutil
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tfcluster.cluster.plugins.module_utils.host.drivers import (
+    NVIDIA_VENDOR,
+    HostFacts,
+    nvidia_gpus,
+    plan,
+    precompiled_packages,
+)
 
 SECURE_BOOT_GLOB = "/sys/firmware/efi/efivars/SecureBoot-*"
 

@@ -3,17 +3,6 @@
 
 from __future__ import annotations
 
-import grp
-import json
-import os
-import stat
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.tfcluster.cluster.plugins.module_utils.files import atomic_write_text
-from ansible_collections.tfcluster.cluster.plugins.module_utils.jobspec import render_env_file
-from ansible_collections.tfcluster.cluster.plugins.module_utils.supervisor import finalize, start, stop
-
 DOCUMENTATION = r"""
 module: job
 short_description: Render a tfcluster job's files; start, stop or finalize its task (process backend)
@@ -29,7 +18,7 @@ description:
   - C(stopped) sends SIGTERM (SIGKILL after the spec's stop_timeout); a no-op when nothing runs.
   - C(finalized) writes C(MANIFEST.sha256) (maybe empty) and then C(DONE) in the model dir of a script that wrote
     no C(DONE), after fsyncing its files; a no-op when C(DONE) exists. Both backends.
-author: tfcluster
+author: tfcluster (@tfcluster)
 version_added: "1.0.0"
 options:
   spec:
@@ -60,11 +49,9 @@ options:
     description: Comment lines at the top of the environment file.
     type: str
     default: ""
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
+extends_documentation_fragment:
+  - tfcluster.cluster.attributes
+  - tfcluster.cluster.attributes.changes
 """
 
 EXAMPLES = r"""
@@ -94,6 +81,16 @@ files:
   type: int
 """
 
+import grp
+import json
+import os
+import stat
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tfcluster.cluster.plugins.module_utils.core.files import atomic_write_text
+from ansible_collections.tfcluster.cluster.plugins.module_utils.host.jobspec import render_env_file
+from ansible_collections.tfcluster.cluster.plugins.module_utils.host.supervisor import finalize, start, stop
 
 LOG_MODE = 0o640  # the task's log: root writes it (the supervisor), the job's group reads it, nobody else
 

@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.tfcluster.cluster.plugins.module_utils.jobstatus import status
-
 DOCUMENTATION = r"""
 module: job_info
 short_description: A tfcluster job's task status on this host
@@ -16,7 +13,7 @@ description:
   - Read-only. The same data as C(python3 -m tfcluster.host.jobstatus status SPEC) (what the wait loop polls).
   - The job's files are read without following a symlink and never block on a FIFO; C(status.json) is read up to
     1 MiB, the log's last 64 KiB.
-author: tfcluster
+author: tfcluster (@tfcluster)
 version_added: "1.0.0"
 options:
   spec:
@@ -29,11 +26,9 @@ options:
   lines:
     description: Log lines to return (default - the spec's C(log_tail_lines)).
     type: int
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - tfcluster.cluster.attributes
+  - tfcluster.cluster.attributes.info_module
 """
 
 EXAMPLES = r"""
@@ -52,6 +47,9 @@ status:
   returned: always
   type: dict
 """
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tfcluster.cluster.plugins.module_utils.host.jobstatus import status
 
 
 def main() -> None:

@@ -3,34 +3,6 @@
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.tfcluster.cluster.plugins.module_utils.jobspec import ACTIVE_STATES, INACTIVE
-from ansible_collections.tfcluster.cluster.plugins.module_utils.jobstatus import (
-    last_exit_state,
-    model_dir_facts,
-    process_status,
-    read_last_exit,
-    systemd_state,
-    unit_props,
-)
-from ansible_collections.tfcluster.cluster.plugins.module_utils.preflight import (
-    boot_id,
-    default_interface,
-    digest_problem,
-    file_problems,
-    gpu_check_argv,
-    gpu_problem,
-    import_problem,
-    port_problem,
-    remember,
-    remembered,
-    runtime_fingerprint,
-    systemd_booted,
-)
-
 DOCUMENTATION = r"""
 module: job_preflight
 short_description: Check a host before a tfcluster job's task starts
@@ -42,7 +14,7 @@ description:
   - Fails listing every problem; C(problems) holds them one by one. Starts and changes nothing, except a stamp
     under C(stamp_dir) that remembers a passed import or GPU check for as long as its inputs stay the same.
   - In check mode a release or runtime that is not there yet (a dry run on a fresh host) is not a problem.
-author: tfcluster
+author: tfcluster (@tfcluster)
 version_added: "1.0.0"
 options:
   job:
@@ -90,11 +62,9 @@ options:
     description: Seconds an import or GPU check may take.
     type: int
     default: 300
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - tfcluster.cluster.attributes
+  - tfcluster.cluster.attributes.info_module
 """
 
 EXAMPLES = r"""
@@ -143,6 +113,34 @@ remembered:
   returned: always
   type: list
 """
+
+import os
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tfcluster.cluster.plugins.module_utils.host.jobspec import ACTIVE_STATES, INACTIVE
+from ansible_collections.tfcluster.cluster.plugins.module_utils.host.jobstatus import (
+    last_exit_state,
+    model_dir_facts,
+    process_status,
+    read_last_exit,
+    systemd_state,
+    unit_props,
+)
+from ansible_collections.tfcluster.cluster.plugins.module_utils.host.preflight import (
+    boot_id,
+    default_interface,
+    digest_problem,
+    file_problems,
+    gpu_check_argv,
+    gpu_problem,
+    import_problem,
+    port_problem,
+    remember,
+    remembered,
+    runtime_fingerprint,
+    systemd_booted,
+)
 
 
 def job_state(job: dict[str, Any]) -> str:

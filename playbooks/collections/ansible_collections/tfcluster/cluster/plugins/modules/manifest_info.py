@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.tfcluster.cluster.plugins.module_utils.modeldir import ModelDirError, describe
-
 DOCUMENTATION = r"""
 module: manifest_info
 short_description: Read a finished model dir's manifest and the sizes of the files it lists
@@ -17,7 +14,7 @@ description:
   - Every listed and optional name must be a plain path inside the model dir (relative, no C(..), no empty or
     C(.) component, no backslash, no control character); a manifest line or an optional name that is not is refused.
   - Read-only; C(done) is false (and nothing else is read) while C(DONE) is missing.
-author: tfcluster
+author: tfcluster (@tfcluster)
 version_added: "1.0.0"
 options:
   path:
@@ -30,11 +27,9 @@ options:
     type: list
     elements: str
     default: []
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - tfcluster.cluster.attributes
+  - tfcluster.cluster.attributes.info_module
 """
 
 EXAMPLES = r"""
@@ -77,6 +72,9 @@ total_bytes:
   returned: always
   type: int
 """
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tfcluster.cluster.plugins.module_utils.modeldir import ModelDirError, describe
 
 
 def main() -> None:

@@ -3,24 +3,18 @@
 
 from __future__ import annotations
 
-import os
-import re
-import secrets
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.tfcluster.cluster.plugins.module_utils.files import tree_digest
-
 DOCUMENTATION = r"""
 module: release
 short_description: Check a deployed trainer release by its digest and point C(current) at it atomically
 description:
   - A release lives in C(ROOT/releases/DIGEST/), where DIGEST is the sha256 tree digest of its files
-    (C(tfcluster.files.tree_digest), the digest the control machine staged it under, C(python -m tfcluster.release)).
+    (C(tfcluster.core.files.tree_digest), the digest the control machine staged it under,
+    C(python -m tfcluster.prepare.release)).
   - The module recomputes the digest of that directory on the host and fails, naming the host's path, when it
     differs (a partial unpack or a changed file).
   - With I(state=current) it then points C(ROOT/current) at C(releases/DIGEST) by renaming a temporary symlink over
     it, so a reader sees the old or the new release, never none.
-author: tfcluster
+author: tfcluster (@tfcluster)
 version_added: "1.0.0"
 options:
   root:
@@ -36,11 +30,9 @@ options:
     type: str
     choices: [current, verified]
     default: current
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
+extends_documentation_fragment:
+  - tfcluster.cluster.attributes
+  - tfcluster.cluster.attributes.changes
 """
 
 EXAMPLES = r"""
@@ -61,6 +53,12 @@ current:
   type: str
 """
 
+import os
+import re
+import secrets
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tfcluster.cluster.plugins.module_utils.core.files import tree_digest
 
 
 def current_target(link: str) -> str:

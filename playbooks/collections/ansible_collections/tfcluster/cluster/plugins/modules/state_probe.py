@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.tfcluster.cluster.plugins.module_utils.probe import probe
-
 DOCUMENTATION = r"""
 module: state_probe
 short_description: Compare a host with the state a role wants, in one read-only pass
@@ -14,7 +11,7 @@ description:
     and a virtualenv's modules in one module run, and reports each difference.
   - The prepare roles run it once per host when the prepare digest differs (the host_ready role), and run their
     modules only for a section that shows a difference. It never changes anything.
-author: tfcluster
+author: tfcluster (@tfcluster)
 version_added: "1.0.0"
 options:
   spec:
@@ -22,11 +19,9 @@ options:
       - "C({SECTION: {paths, packages, groups, users, venv, imports}}): see the module_utils C(probe) docstring."
     type: dict
     required: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - tfcluster.cluster.attributes
+  - tfcluster.cluster.attributes.info_module
 """
 
 EXAMPLES = r"""
@@ -48,6 +43,8 @@ state:
   type: dict
 """
 
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.tfcluster.cluster.plugins.module_utils.probe import probe
 
 
 def main() -> None:

@@ -1,4 +1,0 @@
-"""tfcluster's dynamic Ansible inventory: every host gets a stable TensorFlow task type and index.
-
-The entry point is ``inventory/tfcluster.py``; see its docstring (or inventory/README.md) for usage.
-"""

@@ -1,1 +1,0 @@
-../../../../../../../tfcluster/contract.py

@@ -1,1 +1,0 @@
-../../../../../../../tfcluster/host/preflight.py

@@ -1,0 +1,69 @@
+"""CLUSTER=aws: GPU instances on AWS from infra/aws (the public registry's provider), reached over SSH with the host
+keys their console output printed at provision; idle autostop and the firewall on by default."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from tfcluster.kinds.base import Kind, Target, Traits
+from tfcluster.provision import aws as provision_aws
+from tfcluster.provision import known_hosts
+from tfcluster.provision import terraform as toolchain
+from tfcluster.provision.common import state_cluster_name
+
+
+class Aws(Kind):
+    name: ClassVar[str] = "aws"
+    summary: ClassVar[str] = "GPU instances on AWS (infra/aws + terraform.tfvars)"
+    backend: ClassVar[str | None] = "aws"
+    provider: ClassVar[str] = toolchain.REGISTRY
+    has_instances: ClassVar[bool] = True
+    asks_before_apply: ClassVar[bool] = True
+    traits: ClassVar[Traits] = Traits(autostop=True, firewall=True, boot_wait=600)  # instances print keys in 1-4 min
+
+    def outputs(self, target: Target) -> dict[str, Any]:
+        """The applied root's outputs ({} before the first apply)."""
+        tf_dir = self.tf_dir(target)
+        if tf_dir is None or not (tf_dir / "terraform.tfstate").is_file():
+            return {}
+        return provision_aws.outputs(tf_dir, toolchain.terraform_env(provider=self.provider))
+
+    def known_hosts(self, target: Target, env: Mapping[str, str]) -> Path | None:
+        """The file `make provision` filled from the instances' console output."""
+        tf_dir = self.tf_dir(target)
+        tf_env = toolchain.terraform_env(dict(env), provider=self.provider)
+        name = state_cluster_name(tf_dir, tf_env) if tf_dir else None
+        path = known_hosts.path_for(name or target.name)
+        return path if path.is_file() else None
+
+    def playbook_vars(self, target: Target) -> dict[str, Any]:
+        """Where backups go (checkpoint_s3) and what an idle host's power-off does (autostop_down: stop | terminate;
+        a terminating host waits for an uncollected job)."""
+        outputs = self.outputs(target)
+        found = {"tfcluster_checkpoint_s3": outputs.get("checkpoint_s3"),
+                 "tfcluster_autostop_down": outputs.get("autostop_down")}
+        return {key: value for key, value in found.items() if isinstance(value, str) and value}
+
+    def instance_slots(self, target: Target) -> dict[str, str]:
+        from tfcluster.cost import clusters
+
+        return clusters.state_slots(self.outputs(target).get("hosts"))
+
+    def still_running(self, target: Target) -> list[str]:
+        from tfcluster.cost import clusters
+
+        try:
+            return clusters.running_summary(self.ec2(target), target.name).splitlines()
+        except Exception as exc:  # the summary must never turn a finished job into a failure
+            return [f"could not list what is still running ({type(exc).__name__}: {exc}). Check: make clusters "
+                    "CLUSTER=aws"]
+
+    def ec2(self, target: Target) -> Any:
+        """The region of the applied root, else AWS_REGION / AWS_DEFAULT_REGION / the profile's."""
+        import boto3
+
+        region = self.outputs(target).get("region")
+        return boto3.session.Session().client("ec2", region_name=region or os.environ.get("AWS_REGION") or None)

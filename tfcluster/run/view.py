@@ -1,0 +1,195 @@
+"""The terminal view of a `tfcluster` command: one line per stage with its duration, the live progress of every task
+(refreshed in place on a terminal, reprinted at least every 10 s otherwise), and what failed.
+
+It renders the events of tfcluster/run/events.py; everything else (Terraform's and Ansible's own output) goes to the
+log file whose path the header prints. Every field a host wrote (status.json, its log, its exception) is printed
+through tfcluster.core.text.printable and cut to a limit; only the view's own cursor codes reach the terminal raw.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from tfcluster.core.text import printable, printable_lines
+
+PRINT_EVERY = 10.0  # seconds between progress prints when the output is not a terminal
+LOG_TAIL = 15  # lines of a failing host's job log shown without VERBOSE
+FIELD_LIMIT = 40  # characters of one host-written field of a progress line (state, epoch, step...)
+TEXT_LIMIT = 500  # characters of one host-written line of the failure summary (a message, a log line)
+
+
+def number(value: Any) -> float | None:
+    """A finite number a host wrote, else None (a string, a bool, NaN, infinity, an int too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def duration(seconds: float | None) -> str:
+    """``0.4 s``, ``12.3 s``, ``2m05s``, ``1h02m``; ``-`` for what is not a finite number."""
+    seconds = number(seconds)
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def rate(value: Any) -> str:
+    value = number(value)
+    if value is None:
+        return ""
+    return f"{value / 1000:.1f}k ex/s" if value >= 1000 else f"{value:.0f} ex/s"
+
+
+def _of(value: Any, total: Any) -> str:
+    return f"{printable(value, FIELD_LIMIT)}/{printable(total, FIELD_LIMIT) if total is not None else '?'}"
+
+
+def task_line(task: Mapping[str, Any]) -> str:
+    """One task of the progress view: host, slot, state, epoch/step, examples/s, loss, ETA (what is known). The
+    fields come from the host's status.json: any type, escaped and cut (FIELD_LIMIT)."""
+    host, slot = printable(task.get("host", "?"), FIELD_LIMIT), printable(task.get("slot", ""), FIELD_LIMIT)
+    parts = [f"{host:<14}", f"{slot:<10}", f"{printable(task.get('state', '?'), FIELD_LIMIT):<18}"]
+    if task.get("epoch") is not None:
+        parts.append(f"epoch {_of(task['epoch'], task.get('epochs'))}")
+    if task.get("step") is not None:
+        parts.append(f"step {_of(task['step'], task.get('steps_per_epoch'))}")
+    loss, eta = number(task.get("loss")), number(task.get("eta_seconds"))
+    for text in (rate(task.get("examples_per_sec")),
+                 f"loss {loss:.4f}" if loss is not None else "",
+                 f"ETA {duration(eta)}" if eta is not None else "",
+                 f"restarts {printable(task['restarts'], FIELD_LIMIT)}" if task.get("restarts") else ""):
+        if text:
+            parts.append(printable(text, FIELD_LIMIT))
+    age = number(task.get("age_seconds"))
+    if age is not None and age >= 30:
+        parts.append(printable(f"(no update for {duration(age)})", FIELD_LIMIT))
+    return "  ".join(parts).rstrip()
+
+
+@dataclass
+class View:
+    """Renders events onto ``out``. ``tty``: redraw the progress block in place; else reprint it every 10 s."""
+
+    out: TextIO
+    tty: bool
+    clock: Any = time.monotonic
+    _drawn: int = 0  # lines of the progress block on screen (tty)
+    _last_print: float = field(default=-1e9)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    decision: dict[str, Any] | None = None
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # the last progress event's tasks
+    show_progress: bool = True  # make status prints its table at the end instead
+
+    def line(self, text: str = "") -> None:
+        self._drawn = 0
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def handle(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "stage_end":
+            self.stages.append(dict(event))
+            mark = "ok  " if event.get("ok") else "FAIL"
+            name = printable(event.get("name", ""), TEXT_LIMIT)
+            self.line(f"  {mark} {name:<58} {duration(event.get('seconds')):>8}")
+        elif kind == "task_failed":
+            self.failures.append(dict(event))
+        elif kind == "progress":
+            self.tasks = [dict(task) for task in event.get("tasks") or []]
+            if self.show_progress:
+                self.progress(self.tasks, event.get("elapsed"))
+        elif kind == "decision":
+            self.decision = dict(event)
+        elif kind == "collected":
+            self.line(f"       {_collected(event)}")
+        elif kind == "notice":
+            self.line(f"       note: {printable(event.get('msg'), TEXT_LIMIT)}")
+
+    def progress(self, tasks: Sequence[Mapping[str, Any]], elapsed: float | None) -> None:
+        lines = [f"       job running for {duration(elapsed)}:", *(f"         {task_line(t)}" for t in tasks)]
+        now = self.clock()
+        if self.tty:
+            if self._drawn:
+                self.out.write(f"\x1b[{self._drawn}F")  # back to the first line of the block
+            self.out.write("".join(f"\x1b[2K{text}\n" for text in lines))
+            self.out.flush()
+            self._drawn = len(lines)
+        elif now - self._last_print >= PRINT_EVERY:
+            self._last_print = now
+            for text in lines:
+                self.line(text)
+
+
+def _collected(event: Mapping[str, Any]) -> str:
+    if not event.get("files"):
+        return "the job wrote nothing to $TFCLUSTER_MODEL_DIR: nothing to collect"
+    size = number(event.get("bytes")) or 0.0
+    state = "collected" if event.get("changed") else "already collected"
+    return (f"{state}: {printable(event['files'], FIELD_LIMIT)} files, {size / 1e6:.1f} MB, sha256-verified -> "
+            f"{printable(event.get('dest'), TEXT_LIMIT)}")
+
+
+def _decision_lines(decision: Mapping[str, Any]) -> list[str]:
+    """The decision's verdict, the culprit's exception and its log tail (host text: escaped, cut)."""
+    culprit = printable(decision.get("culprit") or "?", FIELD_LIMIT)
+    lines = [f"job {printable(decision.get('decision'), FIELD_LIMIT)} on {culprit}: "
+             f"{printable(decision.get('message'), TEXT_LIMIT)}"]
+    error = decision.get("error") if isinstance(decision.get("error"), Mapping) else {}
+    if error.get("type"):
+        where = f"   ({printable(error['frame'], TEXT_LIMIT)})" if error.get("frame") else ""
+        message = printable(error.get("message", ""), TEXT_LIMIT)
+        lines.append(f"  error: {printable(error['type'], FIELD_LIMIT)}: {message}{where}")
+    tail = printable_lines(decision.get("log_tail") or [], TEXT_LIMIT, last=LOG_TAIL)
+    if tail:
+        lines.append(f"  last lines of {culprit}'s job log:")
+        lines += [f"    {text}" for text in tail]
+    return lines
+
+
+def failure_lines(view: View, log: str) -> list[str]:
+    """What failed, where, and the end of that host's job log — without VERBOSE. Every text a host wrote (the
+    decision's message, the exception, log lines, a task's failure message) is escaped and cut (TEXT_LIMIT)."""
+    lines: list[str] = []
+    decision = view.decision or {}
+    if decision.get("decision") not in (None, "done", "running"):
+        lines += _decision_lines(decision)
+    seen: set[tuple[str, str]] = set()
+    for failure in view.failures:
+        key = (failure.get("host", "?"), failure.get("task", "?"))
+        if key in seen:
+            continue
+        seen.add(key)
+        what = "unreachable" if failure.get("unreachable") else "failed"
+        lines.append(f"{printable(key[0], FIELD_LIMIT)}: task '{printable(key[1], TEXT_LIMIT)}' {what}:")
+        lines += [f"    {text}" for text in printable_lines(str(failure.get("msg", "")).strip(), TEXT_LIMIT,
+                                                             last=LOG_TAIL)]
+    if not lines:  # it failed before any play ran (the inventory, the settings of ansible-playbook)
+        lines.append("it failed before any step ran; the end of the log:")
+        lines += [f"    {text}" for text in _tail(log, LOG_TAIL)]
+    lines.append(f"full log: {log}")
+    return lines
+
+
+def _tail(path: str, count: int) -> list[str]:
+    """The last ``count`` non-blank lines of the log (it holds host output: escaped, cut)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return printable_lines([text for text in handle.read().split("\n") if text.strip()], TEXT_LIMIT,
+                                   last=count)
+    except OSError:
+        return []
