@@ -31,11 +31,13 @@ YES      ?=## clean-artifacts: 1 deletes without asking
 HOST     ?=## logs: the host whose job log to follow (default the chief)
 PREPARE  ?=## force: run every prepare role even where the prepared digest says nothing changed
 GPU      ?=## wheelhouse: 1 adds the CUDA wheels (an air-gapped GPU cluster)
-PYTEST_ARGS ?=## extra pytest arguments, e.g. -k inventory
+PYTEST_ARGS ?=## extra pytest arguments, e.g. -k inventory, or a test path (make test PYTEST_ARGS=tests/unit/core)
+BASE     ?=## test-changed: compare with this git ref (default: the uncommitted changes)
+TEST_WORKERS ?= 4## make test: pytest-xdist workers (the suite waits on hosts and timers more than it computes)
 ANSIBLE_ARGS ?=## extra ansible-playbook arguments (trusted), e.g. -e tf_job_stall_timeout=120
 WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tfcluster.prepare.wheelhouse)
 export CLUSTER WORKERS JOB STRATEGY HOSTS SCRIPT SCRIPT_ARGS SCRIPT_REQUIREMENTS KERAS TRAINER_ARGS EPOCHS
-export MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE YES IDLE MODE DOWN TTL DATASETS PREPARE
+export BASE MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE YES IDLE MODE DOWN TTL DATASETS PREPARE
 
 VENV := .venv
 PY   := $(VENV)/bin/python
@@ -52,8 +54,8 @@ demo: setup ## Whole job end to end on the embedded local cluster (emulated AWS 
 	$(TFC) demo
 
 .PHONY: test
-test: setup setup-lab ## Every test suite (unit, integration, lab) in two pytest processes; installs what it needs first
-	$(PY) tools/suite.py $(PYTEST_ARGS)
+test: setup setup-lab ## Every test suite (unit, integration, lab), in parallel (pytest-xdist); installs what it needs first
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 ##@ Cluster lifecycle
 .PHONY: provision
@@ -131,8 +133,12 @@ setup-cluster:
 	@bash tools/setup.sh $(if $(filter local,$(CLUSTER)),full,control)
 
 .PHONY: test-unit
-test-unit: setup ## Fast tests only (no TensorFlow workers, terraform or lab)
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+test-unit: setup ## Fast tests only (no TensorFlow workers, terraform or lab), in parallel
+	$(PY) -m pytest -n 2 tests/unit $(PYTEST_ARGS)
+
+.PHONY: test-changed
+test-changed: setup ## The unit tests of the folders your uncommitted changes (or BASE=<git ref>) touch
+	$(PY) tools/changed_tests.py $(PYTEST_ARGS)
 
 .PHONY: test-integration
 test-integration: setup ## Integration tests (real tools on loopback)

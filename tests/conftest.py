@@ -19,3 +19,37 @@ def repo() -> Path:
 def venv_bin() -> Path:
     """Directory of the interpreter running the tests (the project venv under `make test`)."""
     return Path(sys.executable).parent
+
+
+# --- what must not run side by side: a mark on the test, checked here ----------------------------------------------
+# `make test` runs pytest-xdist with --dist loadgroup: tests carrying xdist_group("NAME") all run, in order, in the one
+# worker that takes the group; the rest are spread over every worker. A lab module boots labs with fixed names and a
+# module- or session-scoped lab fixture (two workers would boot the same lab twice), so each lab module names its
+# group; every user of the session's flow lab is in the group "flowlab".
+FLOW_GROUP = "flowlab"
+
+
+def _group(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker("xdist_group")
+    return str(mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
+
+
+def group_problems(items: list[pytest.Item], root: Path) -> list[str]:
+    """Every test of tests/lab/ in a group, and every user of the flow lab in FLOW_GROUP."""
+    problems = []
+    for item in items:
+        where = Path(str(item.path)).resolve()
+        group = _group(item)
+        if "flow_lab" in getattr(item, "fixturenames", ()) and group != FLOW_GROUP:
+            problems.append(f"{item.nodeid}: uses the flow lab but is not marked xdist_group({FLOW_GROUP!r})")
+        elif where.is_relative_to(root / "tests" / "lab") and group is None:
+            problems.append(f"{item.nodeid}: a lab test without an xdist_group mark (its labs have fixed names)")
+    return problems
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    problems = group_problems(items, REPO)
+    if problems:
+        raise pytest.UsageError("tests that could collide when run side by side:\n  " + "\n  ".join(problems)
+                                + "\nFix: add pytestmark = [pytest.mark.xdist_group(NAME)] to the module "
+                                "(tests/conftest.py says why)")

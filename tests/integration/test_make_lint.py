@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# make, Terraform roots of the checkout, the AWS twin's override in infra/aws: one at a time
+pytestmark = [pytest.mark.xdist_group("checkout"), pytest.mark.integration, pytest.mark.slow]
 
 
 def test_make_lint_passes(repo: Path) -> None:

@@ -27,7 +27,8 @@ from lab.flows import Flows, PlaybookRun
 from tfcluster.core.contract import unit_name
 from tfcluster.core.duration import parse_time
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow]
+# its module's lab (fixed names): one worker
+pytestmark = [pytest.mark.xdist_group("autostoplab"), pytest.mark.lab, pytest.mark.slow]
 
 IDLE, BUSY, SSH, BOOT = "as-idle", "as-busy", "as-ssh", "as-boot"
 HOSTS = (IDLE, BUSY, SSH, BOOT)

@@ -27,7 +27,8 @@ from tfcluster.core.files import verify_dir
 from tfcluster.prepare.wheelhouse import DEFAULT_DEST, build
 from tfcluster.provision import known_hosts
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow]
+# make, Terraform roots of the checkout, the AWS twin's override in infra/aws: one at a time
+pytestmark = [pytest.mark.xdist_group("checkout"), pytest.mark.lab, pytest.mark.slow]
 LATE_SLOT, LATE_SECONDS = "worker-1", 25
 TYPE = "g5.xlarge"  # the root's default instance type
 SESSION = f"{int(time.time()) % 100000:05d}"

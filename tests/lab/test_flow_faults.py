@@ -21,7 +21,8 @@ from lab.flows import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow]
+# every test of the session's prepared flow lab runs in the one worker that boots it
+pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.slow]
 
 # More steps than the plain flows (~5-20 s per epoch on 2 shared cores), so the fault lands mid-run, after the
 # first epoch's backup and well before the last epoch ends.

@@ -13,7 +13,8 @@ import pytest
 from lab.flows import PS_SLOTS, Flows
 from tfcluster.core.files import verify_dir
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow]
+# every test of the session's prepared flow lab runs in the one worker that boots it
+pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.slow]
 
 
 @pytest.mark.timeout(1800)

@@ -21,7 +21,8 @@ import yaml
 
 from lab.flows import MWMS_SLOTS, TINY_TRAINER_ARGS, Flows
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow]
+# every test of the session's prepared flow lab runs in the one worker that boots it
+pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.slow]
 
 HOSTS = [h for h, _, _ in MWMS_SLOTS]
 BYO = Path(__file__).resolve().parents[1] / "integration/playbooks/byo_job.py"  # the local-slot tests' script

@@ -15,7 +15,8 @@ import yaml
 
 from lab import Lab, LabError
 
-pytestmark = pytest.mark.lab
+# the lab tool's own labs (fixed names pt3, ...): one at a time
+pytestmark = [pytest.mark.xdist_group("labtool"), pytest.mark.lab]
 
 
 def _wait(predicate, timeout: float, what: str) -> float:

@@ -13,7 +13,8 @@ import pytest
 from lab import Lab, LabError, leftovers
 from lab.access import port_open
 
-pytestmark = pytest.mark.lab
+# its module's labs (fixed names): one worker
+pytestmark = [pytest.mark.xdist_group("labcloud"), pytest.mark.lab]
 LATE = 20  # seconds: sshd of c-w1 starts this late
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from lab import Lab, leftovers
 
-pytestmark = [pytest.mark.lab, pytest.mark.slow]
+# the molecule lab scenario (fixed names): one worker
+pytestmark = [pytest.mark.xdist_group("moleculelab"), pytest.mark.lab, pytest.mark.slow]
 
 
 def test_molecule_lab_scenario_converges_idempotently_and_cleans_up(repo: Path, venv_bin: Path, tmp_path: Path) -> None:

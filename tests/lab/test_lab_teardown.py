@@ -15,7 +15,8 @@ import pytest
 from lab import Lab, LabError, leftovers
 from lab import system as labsys
 
-pytestmark = pytest.mark.lab
+# the lab tool's own labs (fixed names pt3, ...): one at a time
+pytestmark = [pytest.mark.xdist_group("labtool"), pytest.mark.lab]
 
 
 def _nothing_left(lab: Lab, host_names: list[str]) -> None:

@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from trainer_procs import LocalCluster
+
+from tests.integration.trainer.trainer_procs import LocalCluster
 
 
 @pytest.fixture

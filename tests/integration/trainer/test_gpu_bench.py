@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainer_procs import REPO, base_env
+
+from tests.integration.trainer.trainer_procs import REPO, base_env
 
 pytestmark = pytest.mark.integration
 

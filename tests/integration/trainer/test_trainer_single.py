@@ -16,8 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer_procs import LocalCluster, base_env, evaluate_export, free_ports, run_python, run_trainer
 
+from tests.integration.trainer.trainer_procs import (
+    LocalCluster,
+    base_env,
+    evaluate_export,
+    free_ports,
+    run_python,
+    run_trainer,
+)
 from tfcluster.core import contract, files
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from trainer_procs import REPO, LocalCluster, base_env, free_ports
 
+from tests.integration.trainer.trainer_procs import REPO, LocalCluster, base_env, free_ports
 from tfcluster.core import contract
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from trainer_procs import LocalCluster, assert_chief_artifacts, fit_teardowns, run_python
+
+from tests.integration.trainer.trainer_procs import LocalCluster, assert_chief_artifacts, fit_teardowns, run_python
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
-from inventory_helpers import fixture_json, instance, runner_for
 
+from tests.unit.inventory.inventory_helpers import fixture_json, instance, runner_for
 from tfcluster.inventory.build import build_inventory, dumps, unmarked, validate_cluster
 from tfcluster.inventory.cli import Injected, load_cluster
 from tfcluster.inventory.config import load_settings

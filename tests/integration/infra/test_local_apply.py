@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -18,10 +19,12 @@ from typing import Any
 import pytest
 
 from tests.ports import free_port
+from tfcluster import kinds
 from tfcluster.core.contract import TAG_KEYS
 from tfcluster.provision import localaws
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# make, Terraform roots of the checkout, the AWS twin's override in infra/aws: one at a time
+pytestmark = [pytest.mark.xdist_group("checkout"), pytest.mark.integration, pytest.mark.slow]
 EXPIRES = "2030-01-31T18:00:00Z"
 
 
@@ -65,13 +68,13 @@ def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_e
     cluster = local_env["TFCLUSTER_CLUSTER"]
 
     started = time.monotonic()
-    applied = provision(repo, local_env, "apply", "--cluster", "local", "--tf-dir", str(tf_dir),
+    applied = provision(repo, local_env, "apply", "--backend", "local", "--tf-dir", str(tf_dir),
                         "--var", 'slots={"chief": 1, "worker": 2}', "--var", f"expires_at={EXPIRES}",
                         "--var", "autostop_down=terminate")
     apply_s = time.monotonic() - started
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
 
-    out = provision(repo, local_env, "output", "--cluster", "local", "--tf-dir", str(tf_dir))
+    out = provision(repo, local_env, "output", "--backend", "local", "--tf-dir", str(tf_dir))
     outputs = {k: v["value"] for k, v in json.loads(out.stdout).items()}
     hosts = outputs["hosts"]
     assert [h["name"] for h in hosts] == ["chief-0", "worker-0", "worker-1"]
@@ -136,7 +139,7 @@ def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_e
 
     # Destroy, keeping the endpoint to look: nothing of the cluster is left.
     started = time.monotonic()
-    destroyed = provision(repo, local_env, "destroy", "--cluster", "local", "--tf-dir", str(tf_dir),
+    destroyed = provision(repo, local_env, "destroy", "--backend", "local", "--tf-dir", str(tf_dir),
                           "--keep-endpoint", "--var", 'slots={"chief": 1, "worker": 2}')
     destroy_s = time.monotonic() - started
     assert destroyed.returncode == 0, destroyed.stdout[-3000:] + destroyed.stderr[-3000:]
@@ -148,7 +151,7 @@ def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_e
     # A second destroy (nothing in state) stops the endpoint it started.
     record = localaws.read_state(Path(local_env["TFCLUSTER_LOCALAWS_DIR"]))
     assert record is not None
-    again = provision(repo, local_env, "destroy", "--cluster", "local", "--tf-dir", str(tf_dir))
+    again = provision(repo, local_env, "destroy", "--backend", "local", "--tf-dir", str(tf_dir))
     assert again.returncode == 0, again.stderr
     assert localaws.running(Path(local_env["TFCLUSTER_LOCALAWS_DIR"])) is None
     assert not localaws.pid_alive(record.pid)
@@ -162,7 +165,7 @@ def test_apply_read_back_inventory_destroy(repo: Path, infra_copy: Path, local_e
 def test_invalid_variable_fails_at_plan_and_creates_nothing(repo: Path, infra_copy: Path, local_env: dict[str, str],
                                                             var: str, message: str) -> None:
     tf_dir = infra_copy / "local"
-    result = provision(repo, local_env, "apply", "--cluster", "local", "--tf-dir", str(tf_dir), "--var", var)
+    result = provision(repo, local_env, "apply", "--backend", "local", "--tf-dir", str(tf_dir), "--var", var)
     assert result.returncode == 1
     output = " ".join((result.stdout + result.stderr).split())  # terraform wraps long messages
     assert "Invalid value for variable" in output
@@ -177,14 +180,22 @@ def test_invalid_variable_fails_at_plan_and_creates_nothing(repo: Path, infra_co
 
 def test_plan_prints_hosts_and_tf_config_and_leaves_nothing_running(repo: Path, infra_copy: Path,
                                                                     local_env: dict[str, str]) -> None:
+    """`make plan CLUSTER=local`: Terraform's plan, then each planned host's TF_CONFIG from the inventory's code."""
     env = local_env | {"TFCLUSTER_WORKERS": "2", "TFCLUSTER_STRATEGY": "parameter_server"}
-    result = provision(repo, env, "plan", "--cluster", "local", "--tf-dir", str(infra_copy / "local"))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert re.search(r"Plan: \d+ to add, 0 to change, 0 to destroy", result.stdout)  # terraform's own plan
-    lines = result.stdout.splitlines()
-    assert "chief-0        chief:0        127.0.0.1:23100          local       0" in lines  # local: no GPUs
-    tf_config = next(line for line in lines if line.startswith("  worker-1: "))
-    assert json.loads(tf_config.split(": ", 1)[1]) == {
+    ran: list[subprocess.CompletedProcess[str]] = []
+
+    def run(argv: list[str], env: dict[str, str]) -> int:
+        ran.append(subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=240, check=False))
+        return ran[-1].returncode
+
+    target = kinds.Target(kind="local", name=env["TFCLUSTER_CLUSTER"], strategy="parameter_server", workers=2,
+                          tf_dir=infra_copy / "local")
+    code, lines = kinds.get("local").plan_lines(target, env, run)
+    assert code == 0, ran[-1].stdout[-3000:] + ran[-1].stderr[-3000:]
+    assert re.search(r"Plan: \d+ to add, 0 to change, 0 to destroy", ran[-1].stdout)  # terraform's own plan
+    assert any(line.startswith("chief-0        chief:0        127.0.0.1:23100          0") for line in lines)
+    tf_config = next(line for line in lines if line.startswith("  worker-1 TF_CONFIG="))
+    assert json.loads(shlex.split(tf_config.split("=", 1)[1])[0]) == {
         "cluster": {"chief": ["127.0.0.1:23100"], "ps": ["127.0.0.1:23101"],
                     "worker": ["127.0.0.1:23102", "127.0.0.1:23103"]},
         "task": {"type": "worker", "index": 1}}

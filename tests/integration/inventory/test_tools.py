@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from inventory_itest import REPO, SCRIPT, ansible, ansible_env, terraform_state
 
+from tests.integration.inventory.inventory_itest import REPO, SCRIPT, ansible, ansible_env, terraform_state
 from tests.ports import free_port
 from tfcluster.inventory.build import unmarked
 from tfcluster.inventory.model import InventoryError

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
-from inventory_helpers import FakeEC2, instance, runner_for
 
+from tests.unit.inventory.inventory_helpers import FakeEC2, instance, runner_for
 from tfcluster.core.contract import EXIT_BAD_INPUT, LOCAL_BASE_PORT, TF_PORT
 from tfcluster.inventory.access import SshTrust, jump_command, ssh_args
 from tfcluster.inventory.build import unmarked

@@ -28,7 +28,7 @@ from tfcluster.core import contract
 
 ROLES_DIR = "playbooks/collections/ansible_collections/tfcluster/cluster/roles/"
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # Not product code: tests assert literal values on purpose, docs and examples explain them to people.
 SKIP_PARTS = ("tests/", "docs/", "examples/", "molecule/", "bench/")
 CONTRACT_FILE = "tfcluster/core/contract.py"

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from inventory_helpers import FakeEC2, instance, runner_for
 
+from tests.unit.inventory.inventory_helpers import FakeEC2, instance, runner_for
 from tfcluster.core.addresses import address_problem, is_address
 from tfcluster.core.contract import EXIT_BAD_INPUT
 from tfcluster.core.sshkeys import KEY_TYPES, KnownHostsLineError, known_hosts_line, lines

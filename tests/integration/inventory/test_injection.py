@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from inventory_itest import ansible, ansible_env, hcl_type, script_problems, terraform_state
+
+from tests.integration.inventory.inventory_itest import ansible, ansible_env, hcl_type, script_problems, terraform_state
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from inventory_helpers import FakeEC2, instance, runner_for
 
+from tests.unit.inventory.inventory_helpers import FakeEC2, instance, runner_for
 from tfcluster.core.contract import EXIT_BAD_INPUT
 from tfcluster.inventory.cli import Injected
 

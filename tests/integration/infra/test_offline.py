@@ -15,7 +15,8 @@ import pytest
 from tfcluster.core.files import sha256_file
 from tfcluster.provision import terraform as terraform_toolchain
 
-pytestmark = pytest.mark.integration
+# make, Terraform roots of the checkout, the AWS twin's override in infra/aws: one at a time
+pytestmark = [pytest.mark.xdist_group("checkout"), pytest.mark.integration]
 
 
 def test_fmt_check_recursive(repo: Path, terraform) -> None:
