@@ -1,7 +1,7 @@
 """Command line of the lab tool.
 
     python -m lab setup                      install debootstrap/systemd-container, build + cache the rootfs
-    python -m lab up [--hosts 3 | --slots chief,ps,worker,worker] [--name tfclab] [--bind-ro PATH]
+    python -m lab up [--hosts 3 | --slots chief,ps,worker,worker] [--name tfclab] [--bind-ro PATH] [--bind PATH]
     python -m lab status [--json]            hosts, addresses, link, SSH, memory
     python -m lab ssh HOST [COMMAND...]       root shell / command on a host
     python -m lab cut HOST | restore HOST    take a host's link down / up
@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"training port of each host ({DEFAULT_PORT})")
     p.add_argument("--bind-ro", action="append", default=[], metavar="PATH",
                    help="bind PATH read-only at the same path into every host (e.g. the project venv)")
+    p.add_argument("--bind", action="append", default=[], metavar="PATH|SRC:DEST",
+                   help="bind a directory read-write into every host (one directory they all share, like NFS)")
     p.add_argument("--bastion", default=None, metavar="NAME",
                    help="add a jump host NAME with a leg on a front bridge (then `isolate` the lab)")
 
@@ -156,7 +158,7 @@ def _up(args: argparse.Namespace, lab_dir: Path) -> int:
         return 2
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     lab = Lab(slots=slots, name=args.name, names=names, subnet=args.subnet, port=args.port,
-              bind_ro=args.bind_ro, lab_dir=lab_dir, bastion=args.bastion)
+              bind_ro=args.bind_ro, bind=args.bind, lab_dir=lab_dir, bastion=args.bastion)
     try:
         lab.start()
     except LabError as exc:

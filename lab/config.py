@@ -78,6 +78,8 @@ class LabSpec:
     subnet: str
     hosts: tuple[LabHost, ...]
     bind_ro: tuple[str, ...] = field(default=())
+    # Read-write binds into every host, ``PATH`` or ``SOURCE:DEST`` (a directory every host shares: NFS's stand-in).
+    bind: tuple[str, ...] = field(default=())
     front_subnet: str | None = None
     user: str | None = None
     user_key: str | None = None
@@ -129,7 +131,7 @@ class LabSpec:
     def from_json(cls, text: str) -> LabSpec:
         raw = json.loads(text)
         hosts = tuple(LabHost(**h) for h in raw.pop("hosts"))
-        return cls(hosts=hosts, **{**raw, "bind_ro": tuple(raw.get("bind_ro", ()))})
+        return cls(hosts=hosts, **{**raw, "bind_ro": tuple(raw.get("bind_ro", ())), "bind": tuple(raw.get("bind", ()))})
 
 
 def check_name(name: str, what: str = "host name") -> str:
@@ -214,7 +216,8 @@ def check_subnet(subnet: str, count: int, used: Iterable[str] = ()) -> str:
 def make_spec(name: str, slots: Sequence[str], subnet: str, *, port: int = DEFAULT_PORT,
               names: Sequence[str] | None = None, bind_ro: Sequence[str] = (), addresses: Sequence[str] | None = None,
               bastion: str | None = None, front_subnet: str | None = None, user: str | None = None,
-              user_key: str | None = None, sshd_delay: Mapping[str, int] | None = None) -> LabSpec:
+              user_key: str | None = None, sshd_delay: Mapping[str, int] | None = None,
+              bind: Sequence[str] = ()) -> LabSpec:
     """The lab's hosts: slot names (or ``names``) at ``addresses`` (default .11, .12, ... of ``subnet``), and a
     ``bastion`` host at the top of the subnet with a leg on ``front_subnet``."""
     check_name(name, "lab name")
@@ -241,9 +244,19 @@ def make_spec(name: str, slots: Sequence[str], subnet: str, *, port: int = DEFAU
     for path in bind_ro:
         if not path.startswith("/"):
             raise LabError(f"--bind-ro {path!r} must be an absolute path")
+    for entry in bind:
+        check_bind(entry)
     check_user(user, user_key)
     return LabSpec(name=name, subnet=subnet, hosts=tuple(hosts), bind_ro=tuple(bind_ro),
-                   front_subnet=front_subnet if bastion else None, user=user, user_key=user_key)
+                   front_subnet=front_subnet if bastion else None, user=user, user_key=user_key, bind=tuple(bind))
+
+
+def check_bind(entry: str) -> str:
+    """A read-write bind, ``PATH`` or ``SOURCE:DEST``: both absolute, no option suffix (systemd-nspawn's --bind)."""
+    parts = entry.split(":")
+    if len(parts) > 2 or not all(part.startswith("/") for part in parts):
+        raise LabError(f"--bind {entry!r} must be an absolute PATH or SOURCE:DEST (both absolute, no options)")
+    return entry
 
 
 def check_addresses(subnet: str, addresses: Sequence[str] | None, count: int) -> list[str]:

@@ -11,6 +11,9 @@ that boots it again after an in-guest reboot (lab/process.py). ``down()`` stops 
 from the state on disk *and* from the cgroups, mounts and links themselves, so it also cleans up after a crashed
 run, and is safe to call again.
 
+``layers`` (prepared lower layers, lab/layers.py: the runtime installed once) are stacked between each host's own
+overlay and the rootfs.
+
 A cloud-like lab (the AWS twin, lab/twin.py) also takes: ``addresses`` (the instances' private IPs, in ``subnet``),
 ``user``/``user_key`` (a cloud image's login user with passwordless sudo and the key pair's key), ``sshd_delay``
 ({host: seconds}: sshd starts late, as on a booting instance; start() does not wait for those hosts) and ``bastion``
@@ -60,16 +63,19 @@ class Lab(Access):
                  names: Sequence[str] | None = None, subnet: str | None = None, port: int = DEFAULT_PORT,
                  bind_ro: Sequence[str] = (), lab_dir: Path | None = None, boot_timeout: float = BOOT_TIMEOUT,
                  addresses: Sequence[str] | None = None, bastion: str | None = None, user: str | None = None,
-                 user_key: str | None = None, sshd_delay: Mapping[str, int] | None = None) -> None:
+                 user_key: str | None = None, sshd_delay: Mapping[str, int] | None = None,
+                 layers: Sequence[Path] = (), bind: Sequence[str] = ()) -> None:
         self.paths = LabPaths(lab_dir or default_lab_dir(), check_name(name, "lab name"))
         self._slots = tuple(slots)
         self._names = tuple(names) if names is not None else None
         self._subnet = subnet
         self._port = port
         self._bind_ro = tuple(bind_ro)
+        self._bind = tuple(bind)  # read-write binds (a directory every host shares)
         # A cloud-like lab (the AWS twin): instance addresses, a jump host, the image's login user, a late sshd.
         self._cloud = {"addresses": addresses, "bastion": bastion, "user": user, "user_key": user_key,
                        "sshd_delay": dict(sshd_delay or {})}
+        self._layers = tuple(layers)  # prepared layers stacked over the rootfs (lab/layers.py), top first
         self.boot_timeout = boot_timeout
         self.spec: LabSpec | None = None
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -130,7 +136,8 @@ class Lab(Access):
         subnet = check_subnet(self._subnet, len(self._slots), used) if self._subnet else pick_subnet(used)
         front = pick_subnet([*used, subnet]) if self._cloud["bastion"] else None
         return make_spec(self.paths.lab, self._slots, subnet, port=self._port, names=self._names,
-                         bind_ro=self._bind_ro, front_subnet=front, **self._cloud)  # type: ignore[arg-type]
+                         bind_ro=self._bind_ro, bind=self._bind, front_subnet=front,
+                         **self._cloud)  # type: ignore[arg-type]
 
     def down(self) -> None:
         """Stop every host, unmount, remove cgroups, the bridge and the lab's state. Safe to call again."""
@@ -205,7 +212,7 @@ class Lab(Access):
         """Overlay + every file of the host (lab/guest.py); returns the host's public SSH host key."""
         d = self.paths.host_dir(host.name)
         merged = self.paths.merged(host.name)
-        system.mount_overlay(self.paths.rootfs, d / "upper", d / "work", merged)
+        system.mount_overlay([*self._layers, self.paths.rootfs], d / "upper", d / "work", merged)
         return guest.prepare(merged, host, self._spec(), self.paths.private_key.with_suffix(".pub").read_text())
 
     def _boot(self, host: LabHost) -> None:
@@ -216,6 +223,10 @@ class Lab(Access):
 
     def _stop_host(self, host: str) -> None:
         process.stop_host(self.paths, host, self._procs.pop(host, None))
+
+    def stop_host(self, host: str) -> None:
+        """Power one host off cleanly (its files stay in its overlay until down())."""
+        self._stop_host(self.host(host).name)
 
     # ---- readiness -------------------------------------------------------------------------------------------
 

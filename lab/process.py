@@ -52,6 +52,7 @@ def nspawn_argv(paths: LabPaths, spec: LabSpec, host: LabHost) -> list[str]:
             f"--network-bridge={spec.bridge}", "--resolv-conf=delete", "--link-journal=no",
             "--console=read-only", "-D", str(paths.merged(host.name)), "-M", host.name]
     argv += [f"--bind-ro={path}" for path in spec.bind_ro]
+    argv += [f"--bind={entry}" for entry in spec.bind]
     if host.front_address is not None:
         argv.append(f"--network-veth-extra={host.front_veth}:front0")
     return argv

@@ -137,11 +137,13 @@ def mounts_under(root: Path) -> list[Path]:
     return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
 
 
-def mount_overlay(lower: Path, upper: Path, work: Path, merged: Path) -> None:
+def mount_overlay(lower: Path | Sequence[Path], upper: Path, work: Path, merged: Path) -> None:
+    """An overlay of ``upper`` over the lower layers (one path, or several: the first is on top)."""
+    lowers = [lower] if isinstance(lower, Path) else list(lower)
     for d in (upper, work, merged):
         d.mkdir(parents=True, exist_ok=True)
     run(["mount", "-t", "overlay", "overlay", "-o",
-         f"lowerdir={lower},upperdir={upper},workdir={work}", str(merged)])
+         f"lowerdir={':'.join(str(p) for p in lowers)},upperdir={upper},workdir={work}", str(merged)])
 
 
 def unmount_all(root: Path) -> None:

@@ -86,6 +86,7 @@ class Twin:
     tf_vars: dict[str, str] = field(default_factory=dict)
     endpoint: localaws.Endpoint | None = None
     lab: Lab | None = None
+    layer: Path | None = None  # the image's prepared runtime (lab/layers.py), when the test gives one
 
     # ---- the account -------------------------------------------------------------------------------------------
 
@@ -212,7 +213,7 @@ class Twin:
         return self.ec2().describe_subnets(SubnetIds=[instance["SubnetId"]])["Subnets"][0]
 
     def boot_lab(self, instances: Sequence[Mapping[str, Any]], *, late: Mapping[str, int] | None = None,
-                 name: str = "twin") -> Lab:
+                 name: str = "twin", layers: Sequence[Path] = ()) -> Lab:
         """One lab host per instance at its private IP (names `tw-<slot>`), a bastion, the AMI's user and key;
         then each instance's console shows its host keys. ``late``: {slot: seconds} sshd starts late."""
         subnet = self.subnet_of(instances[0])["CidrBlock"]
@@ -222,7 +223,7 @@ class Twin:
         self.lab = Lab(slots=slots, name=name, names=names, subnet=subnet, port=TF_PORT,
                        addresses=[i["PrivateIpAddress"] for i in instances], bastion="tw-bastion", user=USER,
                        user_key=self.key.with_suffix(".pub").read_text(),
-                       sshd_delay={k: v for k, v in delays.items() if v})
+                       sshd_delay={k: v for k, v in delays.items() if v}, layers=layers)
         try:
             self.lab.start()
         except BaseException:

@@ -15,6 +15,7 @@ import pytest
 
 from lab import Lab, LabError
 from lab.flows import FLOW_LAB, FLOW_NAMES, FLOW_VARS, PS_SLOTS, Flows
+from lab.layers import runtime_layer
 from tfcluster.prepare.wheelhouse import DEFAULT_DEST, build
 
 # Test labs use their own host names so they never clash with a lab started by `make lab-up` (chief-0, ...).
@@ -57,19 +58,21 @@ def lab3(request: pytest.FixtureRequest) -> Iterator[Lab]:
 
 @pytest.fixture(scope="session")
 def flow_lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flows]:
-    """The prepared flow lab, once per session: 4 hosts (f-chief, f-w0, f-w1, f-ps), the wheelhouse built on the
-    control machine, and site.yml run over SSH on all of them (driver role skips, TensorFlow installed from the
-    wheelhouse, trainer deployed). Every flow test reuses it; each writes its own host file and job id.
-    ``flows.prepare_run`` is that first site.yml run (the on-prem flow asserts on it)."""
+    """The prepared flow lab, once per session: 4 hosts (f-chief, f-w0, f-w1, f-ps) on the runtime layer
+    (TensorFlow installed once from the wheelhouse by the python_runtime role: lab/layers.py), and site.yml run over
+    SSH on all of them (driver role skips, the runtime found in place, trainer deployed). Every flow test reuses it;
+    each writes its own host file and job id. ``flows.prepare_run`` is that first site.yml run (the on-prem flow
+    asserts on it)."""
     build(dest=DEFAULT_DEST)
+    layer = runtime_layer(DEFAULT_DEST)  # the runtime installed once (lab/layers.py); the fresh install has its test
     slots = ("chief", "worker", "worker", "ps")
     if os.environ.get("TFCLUSTER_FLOW_REUSE") == "1":  # development only: keep the prepared lab between runs
         try:
             lab = Lab.attach(FLOW_LAB)
         except LabError:
-            lab = Lab(slots=slots, name=FLOW_LAB, names=FLOW_NAMES).start()
+            lab = Lab(slots=slots, name=FLOW_LAB, names=FLOW_NAMES, layers=(layer,)).start()
     else:
-        lab = _start(request, slots=slots, name=FLOW_LAB, names=FLOW_NAMES)
+        lab = _start(request, slots=slots, name=FLOW_LAB, names=FLOW_NAMES, layers=(layer,))
     flows = Flows(lab, tmp_path_factory.mktemp("flows"), DEFAULT_DEST, common_vars=dict(FLOW_VARS))
     flows.prepare_run = flows.run("site.yml", flows.hosts_file("prepare-all", PS_SLOTS), job="prepare",
                                   timeout=1500)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from lab.access import port_open
+from lab.layers import runtime_layer
 from lab.twin import CLUSTER, REGION, Twin, lab_name
 from tfcluster.core.files import verify_dir
 from tfcluster.prepare.wheelhouse import DEFAULT_DEST, build
@@ -39,6 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 def twin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
     build(dest=DEFAULT_DEST)  # the hosts have no route out: the runtime comes from the wheelhouse (air-gapped path)
     twin = Twin(tmp_path_factory.mktemp("twin"))
+    twin.layer = runtime_layer(DEFAULT_DEST)  # instances of an image with the runtime: the fresh install has its test
     request.addfinalizer(twin.close)
     twin.start()
     yield twin
@@ -70,7 +72,7 @@ def _ok(run: Any) -> None:
 def test_provision_applies_the_root_and_reads_host_keys_from_the_console(twin: Twin) -> None:
     started = twin.make_async("provision", AUTO_APPROVE="1")
     instances = twin.wait_instances(2)  # apply has launched them; the hosts boot now (and one sshd is late)
-    lab = twin.boot_lab(instances, late={LATE_SLOT: LATE_SECONDS})
+    lab = twin.boot_lab(instances, late={LATE_SLOT: LATE_SECONDS}, layers=(twin.layer,) if twin.layer else ())
     run = twin.wait(started)
     _ok(run)
     FIGURES["provision_s"] = round(run.seconds, 1)

@@ -24,7 +24,9 @@ pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.s
 
 
 @pytest.mark.timeout(1800)
-def test_prepare_installs_runtime_from_wheelhouse_and_skips_driver(flow_lab: Flows) -> None:
+def test_prepare_skips_the_driver_and_finds_the_runtime_in_place(flow_lab: Flows) -> None:
+    """The flow lab's hosts boot on the runtime layer: site.yml's python_runtime role finds it in place (its fresh
+    install from the wheelhouse is tests/lab/test_runtime_install.py)."""
     run = flow_lab.prepare_run
     assert run is not None and run.returncode == 0, run.describe() if run else "no prepare run"
     out = run.output
@@ -39,12 +41,15 @@ def test_prepare_installs_runtime_from_wheelhouse_and_skips_driver(flow_lab: Flo
         assert run.recap[host]["failed"] == 0 and run.recap[host]["unreachable"] == 0, run.describe()
         if os.environ.get("TFCLUSTER_FLOW_REUSE") != "1":  # a reused (already prepared) lab changes nothing
             assert run.recap[host]["changed"] > 0, f"first site.yml changed nothing on {host}"
-        # Air-gapped: no route off the bridge, yet the runtime imports TensorFlow -> it came from the wheelhouse.
+        # Air-gapped: no route off the bridge, yet the runtime imports TensorFlow, installed from the wheelhouse.
         assert flow_lab.lab.ssh(host, "ip route get 192.0.2.1", check=False).returncode != 0
         assert flow_lab.lab.ssh(host, "ls /opt/tfcluster/wheelhouse | grep -c '^tensorflow-'").stdout.strip() == "1"
         probe = flow_lab.lab.ssh(host, "TF_CPP_MIN_LOG_LEVEL=3 /opt/tfcluster/venv/bin/python -c "
                                        "'import tensorflow as tf, tf_keras; print(tf.__version__)'", timeout=180)
         assert probe.stdout.strip() == "2.21.0"
+    runtime_installs = [block.splitlines()[0] for block in out.split("TASK [")[1:]
+                        if block.startswith("python_runtime : Install the hash-pinned") and "\nchanged: [" in block]
+    assert runtime_installs == [], "the runtime was installed again on hosts that have it (the layer)"
 
 
 @pytest.mark.timeout(1800)

@@ -26,7 +26,7 @@ class CommandError(RuntimeError):
 # (tests/unit/test_cli.py checks the name against train.yml).
 START_STAGE = "Start every task at once"
 
-LEDGER_EVENTS = ("stage_start", "decision", "collected")
+LEDGER_EVENTS = ("stage_start", "stage_end", "decision", "collected")
 
 def run_events(events_file: Path) -> list[dict[str, Any]]:
     """The ``stage_start``, ``decision`` and ``collected`` events of one playbook run, read once more from its file

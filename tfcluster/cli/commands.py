@@ -27,11 +27,22 @@ from tfcluster.run import follow
 
 
 # --- commands -------------------------------------------------------------------------------------------------------
+def gang_start_ran(events: list[dict[str, object]]) -> bool:
+    """Whether the train's gang-start play ran a task: Ansible still announces a play whose hosts all failed before
+    (it starts none of its tasks: `tasks` 0 in its stage_end). A start play that began and never ended (interrupted)
+    counts as run: a task may be up."""
+    starts = [e for e in events if e.get("name") == START_STAGE]
+    ends = [e for e in starts if e.get("event") == "stage_end"]
+    if not starts:
+        return False
+    return not ends or any(e.get("tasks", 1) != 0 for e in ends)
+
+
 def cmd_train(cmd: Command) -> int:
     with cluster_lock(cmd.s, "train"), job_lock(cmd.s):
         run = ledger.start_run(cmd.job_dir, cmd.s.cluster_name)  # before anything starts: an interrupt leaves it
         code = cmd.playbook("train.yml", "train")
-        began = any(e.get("event") == "stage_start" and e.get("name") == START_STAGE for e in cmd.events)
+        began = gang_start_ran(cmd.events)
         ledger.end_run(cmd.job_dir, run, ledger.last_decision(cmd.events),
                        ledger.collected_version(cmd.job_dir, cmd.events), began=began)
     if code != 0:

@@ -28,12 +28,23 @@ collector left ``/etc/tfcluster/<job>.collected`` (root's, playbooks/roles/colle
 that DONE. While such a job is there, the host stays up past its idle time, for ``uncollected_grace_minutes`` more
 idle minutes at most (0: no hold), then terminates anyway.
 
+Expiry: past ``expires_at`` (the cluster's ``tfcluster:expires``, TTL) the host powers off whatever its idle time and
+whether or not idle autostop is on, its running job units stopped first (SIGTERM: the trainer saves a backup and exits
+3, so a later `make start` + `make train` resumes it); unless this boot began after that time (someone started the
+host again on purpose: only the idle time applies then). The uncollected-job hold applies past the expiry too
+(``uncollected_grace_minutes`` past it at most).
+
+The boot guard (infra/modules/gpu_cluster/files/boot_guard.py, from the instance's user data) runs the same checks
+with the same files from the first boot; the autostop role replaces it with this checker under the same timer, and
+this checker continues from the guard's settings and state (tests/unit/host/test_autostop_takeover.py).
+
 Root reads and writes files here that others may have placed: no symlink is followed, a FIFO never blocks, every
 read is capped, and the state is written through a fresh temp file (mkstemp) and an atomic rename.
 
 Settings: /etc/tfcluster/autostop.json ``{"enabled": bool, "idle_minutes": int, "mode": "jobs"|"jobs_and_ssh",
 "gpu_idle_percent": int (0: off), "gpu_idle_window_minutes": int, "terminate": bool,
-"uncollected_grace_minutes": int}``, written by the autostop role.
+"uncollected_grace_minutes": int, "expires_at": RFC 3339 time or null}``, written by the boot guard's user data
+and then by the autostop role.
 """
 
 from __future__ import annotations
@@ -68,11 +79,15 @@ READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXE
 DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 TIMER = "tfcluster.autostop.timer"  # not under UNIT_PREFIX: a job may be called "autostop"
+GUARD = "role"  # status's "guard": this checker (the autostop role's); the boot guard says "boot"
 MODES = AUTOSTOP_MODES
 BUSY_STATES = frozenset({"active", "activating", "deactivating", "reloading"})
 # Per-connection sshd processes after authentication: "sshd: USER@pts/0", "sshd: USER@notty" (OpenSSH >= 9.8:
 # "sshd-session: ..."). The listener, "[priv]" monitors and pre-auth "[net]" processes carry no "@".
 SSH_SESSION = re.compile(r"sshd(?:-session)?: \S+@\S+")
+# expires_at: an RFC 3339 date-time with its offset (Terraform and the CLI write "2030-01-31T18:00:00Z").
+RFC3339 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?"
+                     r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})")
 
 Run = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -92,6 +107,7 @@ class Config:
     terminate: bool = False  # the power-off terminates the instance (DOWN=1): uncollected jobs hold it
     uncollected_grace_minutes: int = 1440  # idle minutes past idle_minutes an uncollected job holds it (0: none)
     changed_at: float | None = None  # the file's mtime: a change of the settings counts as activity
+    expires_at: float | None = None  # past it the host powers off (the cluster's tfcluster:expires); None: never
 
 
 @dataclass(frozen=True)
@@ -117,6 +133,7 @@ class Decision:
     stop_units: tuple[str, ...] = ()
     state: dict[str, Any] = field(default_factory=dict)
     held: str | None = None  # why an idle host does not power off yet (uncollected jobs)
+    expired: bool = False  # past expires_at (and this boot began before it)
 
 
 # ---- settings ------------------------------------------------------------------------------------------------------
@@ -154,6 +171,30 @@ def _bool_field(data: dict[str, Any], key: str, default: bool, path: str) -> boo
     return value
 
 
+def parse_expiry(value: object) -> float | None:
+    """An RFC 3339 time with its offset (``2030-01-31T18:00:00Z``, ``...+00:00``) as epoch seconds; None for
+    anything else."""
+    if not isinstance(value, str) or not RFC3339.fullmatch(value.strip()):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.strip().upper().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.timestamp() if moment.tzinfo is not None else None
+
+
+def _expiry_field(data: dict[str, Any], path: str) -> float | None:
+    value = data.get("expires_at")
+    if value is None:
+        return None
+    moment = parse_expiry(value)
+    if moment is None:
+        raise ConfigError(f"{path}: expires_at is {value!r}, not an RFC 3339 time like 2030-01-31T18:00:00Z (or "
+                          "null). Fix: `make autostop IDLE=...` writes the cluster's expiry again (from its Terraform "
+                          "state; `make provision TTL=...` sets a new one)")
+    return moment
+
+
 def load_config(path: str = CONFIG) -> Config:
     """The settings; an absent file means autostop is not installed (and off)."""
     try:
@@ -175,7 +216,8 @@ def load_config(path: str = CONFIG) -> Config:
                                                      high=525600),
                   terminate=_bool_field(data, "terminate", False, path),
                   uncollected_grace_minutes=_int_field(data, "uncollected_grace_minutes", 1440, path, low=0,
-                                                       high=525600))
+                                                       high=525600),
+                  expires_at=_expiry_field(data, path))
 
 
 def load_state(state_dir: str = STATE_DIR) -> dict[str, Any]:
@@ -256,6 +298,28 @@ def _hold(config: Config, facts: Facts, idle: float, limit: float) -> tuple[floa
                            "more idle (autostop_uncollected_grace_minutes)")
 
 
+def expiry_applies(config: Config, facts: Facts) -> bool:
+    """The host has an expiry that counts this boot: set, and this boot began before it (a host started again after
+    its expiry was started on purpose; a boot time that cannot be read counts as before)."""
+    return config.expires_at is not None and (facts.boot_time is None or facts.boot_time < config.expires_at)
+
+
+def _expiry(config: Config, facts: Facts) -> tuple[bool, float | None, str | None]:
+    """(expired now, seconds until the expiry powers the host off or None, why an expired host is held or None).
+    Uncollected jobs hold a terminating host past its expiry for the grace at most, as they do past its idle time."""
+    if config.expires_at is None or not expiry_applies(config, facts):
+        return False, None, None
+    grace = config.uncollected_grace_minutes * 60
+    at = config.expires_at
+    held = None
+    if config.terminate and facts.uncollected and grace > 0 and facts.now < at + grace:
+        at += grace
+        held = (f"past its expiry {rfc3339(config.expires_at)}, but finished job(s) were never collected: "
+                f"{' '.join(facts.uncollected)} (the power-off would terminate the host); it terminates anyway at "
+                f"{rfc3339(at)} (autostop_uncollected_grace_minutes)")
+    return facts.now >= at, max(0.0, at - facts.now), held if facts.now >= config.expires_at else None
+
+
 def decide(config: Config, state: dict[str, Any], facts: Facts) -> Decision:
     """When the host was last active and why, how long it has been idle, and whether it powers off now."""
     low_since = gpu_low_since(config, facts, state.get("gpu_low_since"))
@@ -272,15 +336,19 @@ def decide(config: Config, state: dict[str, Any], facts: Facts) -> Decision:
     last_active, reason = max(moments, default=(facts.now, "first check"))
     last_active = min(last_active, facts.now)  # a clock that went back never makes a host idle "in the future"
     idle = facts.now - last_active
-    limit, held = _hold(config, facts, idle, config.idle_minutes * 60)
-    power_off = config.enabled and idle >= limit
+    limit, idle_held = _hold(config, facts, idle, config.idle_minutes * 60)
+    idle_held = idle_held if config.enabled else None
+    expired, expires_in, expiry_held = _expiry(config, facts)
+    power_off = (config.enabled and idle >= limit) or expired
+    held = None if power_off else (expiry_held or idle_held)
+    holding = bool(expiry_held or (idle_held and idle >= config.idle_minutes * 60))  # past a limit, not off
+    waits = [wait for wait in (max(0.0, limit - idle) if config.enabled else None, expires_in) if wait is not None]
     new_state = {"last_active": last_active, "reason": reason, "gpu_low_since": low_since, "checked_at": facts.now,
                  "busy_units": list(facts.units), "ssh_sessions": facts.ssh_sessions,
-                 "held": bool(config.enabled and held and idle >= config.idle_minutes * 60)}
+                 "held": holding and not power_off}
     return Decision(last_active=last_active, reason=reason, idle_seconds=idle, power_off=power_off,
-                    power_off_in=max(0.0, limit - idle) if config.enabled else None,
-                    stop_units=facts.units if power_off else (), state=new_state,
-                    held=held if config.enabled else None)
+                    power_off_in=min(waits) if waits else None,
+                    stop_units=facts.units if power_off else (), state=new_state, held=held, expired=expired)
 
 
 # ---- facts from the host -------------------------------------------------------------------------------------------
@@ -443,7 +511,8 @@ def status(config: Config, decision: Decision, facts: Facts, timer: str) -> dict
             "gpu_idle_percent": config.gpu_idle_percent, "gpu_idle_window_minutes": config.gpu_idle_window_minutes,
             "gpu_utilization": None if facts.gpu_util is None else list(facts.gpu_util), "timer": timer,
             "terminate": config.terminate, "uncollected_grace_minutes": config.uncollected_grace_minutes,
-            "uncollected_jobs": list(facts.uncollected), "held": decision.held}
+            "uncollected_jobs": list(facts.uncollected), "held": decision.held,
+            "expires_at": rfc3339(config.expires_at), "expired": decision.expired, "guard": GUARD}
 
 
 def check(config: Config, state_dir: str, run: Run = _run, dry_run: bool = False,
@@ -459,13 +528,18 @@ def check(config: Config, state_dir: str, run: Run = _run, dry_run: bool = False
               f"{decision.held}", flush=True)
     if not decision.power_off:
         return decision
-    print(f"idle for {decision.idle_seconds:.0f} s (limit {config.idle_minutes} min; last active "
-          f"{rfc3339(decision.last_active)}: {decision.reason}): powering off", flush=True)
+    if decision.expired:
+        print(f"past its expiry {rfc3339(config.expires_at)} (the cluster's tfcluster:expires; TTL): powering off",
+              flush=True)
+    else:
+        print(f"idle for {decision.idle_seconds:.0f} s (limit {config.idle_minutes} min; last active "
+              f"{rfc3339(decision.last_active)}: {decision.reason}): powering off", flush=True)
     if dry_run:
         return decision
-    if decision.stop_units:  # only when the GPU policy declared them idle: SIGTERM, the trainer saves a backup
-        print(f"GPUs below {config.gpu_idle_percent}% for {config.gpu_idle_window_minutes} min: stopping "
-              f"{' '.join(decision.stop_units)} first", flush=True)
+    if decision.stop_units:  # GPU-idle or expired job units: SIGTERM, the trainer saves a backup and exits 3
+        why = ("past the expiry" if decision.expired else
+               f"GPUs below {config.gpu_idle_percent}% for {config.gpu_idle_window_minutes} min")
+        print(f"{why}: stopping {' '.join(decision.stop_units)} first", flush=True)
         run(["systemctl", "stop", *decision.stop_units])
     save_state({**decision.state, "powered_off_at": facts.now}, state_dir)
     proc = run(["systemctl", "poweroff"])
@@ -485,7 +559,7 @@ def main(argv: Sequence[str] | None = None, run: Run = _run) -> int:
     try:
         config = load_config(args.config)
         if args.command == "check":
-            if config.enabled:
+            if config.enabled or config.expires_at is not None:
                 check(config, args.state_dir, run, args.dry_run, args.jobs_dir)
             return 0
         facts = gather(config, run, jobs_dir=args.jobs_dir)

@@ -2,10 +2,26 @@
 timed out, stopped)? A pure function of its input; the wait loop (the ``tfcluster.cluster.wait`` action plugin)
 polls the hosts and calls it once per round.
 
-Precedence: a failure anywhere (a failed or lost task, an unreachable host, an unreadable status, a task stopped
-while others run) > a task that reached the job's deadline > a preempted task > every task stopped > every task
-ended (done, or the chief's DONE is missing) > the wait's own time limit > a task without progress for the stall
-time. The first host (in slot order) with the reason is the culprit.
+The job belongs to the hosts, not to this machine. A host the control machine cannot reach (an ssh that fails to
+connect or times out) is *unreachable from here*, not failed: the wait keeps the task's last known state, retries,
+and says so on the progress line; only evidence from the hosts fails the job at once (a failed unit, a task that
+was running and is gone, a peer's failure), or a host unreachable for longer than the grace
+(``Settings.unreachable_grace``: UNREACHABLE_GRACE, tfcluster_unreachable_grace). When every host is unreachable
+beyond the grace (this machine's network is down) the decision is ``unreachable``: nothing is stopped (it could not
+be), and ``make wait`` re-attaches later.
+
+Precedence: a failure seen on a host (a failed or lost task, an unreadable status, a task stopped while others run)
+> a task that reached the job's deadline > a preempted task > a host unreachable beyond the grace > every task
+stopped > every task ended (done, or the chief's DONE is missing; never while a host is unreachable) > the wait's
+own time limit (none unless set: ``Settings.timeout``) > a task without progress for the stall time. The first host
+(in slot order) with the reason is the culprit.
+
+A stall is judged by the task's own phase (``state`` in its status.json, :func:`stall_marks`): the built-in trainer
+counts only while it says ``training``, and then its epoch and step must advance (at an epoch boundary - the first
+step, the epoch's backup and checkpoint - it gets twice the stall time plus the longest epoch seen); every other
+phase (starting, which loads and downloads the data, connecting to its peers, exporting, serving) is progress. A task
+that names no phase (a SCRIPT that writes no status.json) is judged by its output (status.json and log unchanged).
+``stall_timeout`` 0 turns the stall off (STALL=off; the default of a SCRIPT job).
 
 A task's exit record lives in /run, so a reboot erases it: a task seen running (or restarting) at the previous round
 and now ``inactive`` was lost with its host (:func:`remembered_state`).
@@ -20,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfcluster.core.contract import EXIT_PREEMPTED, JOB_STATES
@@ -38,9 +54,11 @@ from tfcluster.host.jobspec import (
 )
 
 # Decisions (RUNNING, PREEMPTED, TIMEOUT and STOPPED share the state names).
-DONE_DECISION, FAILED_DECISION, STALLED = "done", FAILED, "stalled"
-DECISIONS = (RUNNING, DONE_DECISION, FAILED_DECISION, STALLED, PREEMPTED, TIMEOUT, STOPPED)
-OVER = frozenset(DECISIONS) - {RUNNING, DONE_DECISION}  # the playbook stops every task and fails
+DONE_DECISION, FAILED_DECISION, STALLED, UNREACHABLE = "done", FAILED, "stalled", "unreachable"
+DECISIONS = (RUNNING, DONE_DECISION, FAILED_DECISION, STALLED, PREEMPTED, TIMEOUT, STOPPED, UNREACHABLE)
+# The playbook stops every task and fails; on UNREACHABLE it only fails (no host can be reached to stop).
+OVER = frozenset(DECISIONS) - {RUNNING, DONE_DECISION, UNREACHABLE}
+TRAINING = "training"  # the trainer's phase in which its step must advance (trainer/callbacks.py)
 PROGRESS_KEYS = ("epoch", "epochs", "step", "steps_per_epoch", "examples_per_sec", "loss", "accuracy", "eta_seconds")
 
 
@@ -119,9 +137,11 @@ def log_lines(status: object) -> list[str]:
 class Settings:
     chief: str
     require_done: bool = True
-    timeout: float = 86400.0  # the wait's own limit (tf_job_wait_timeout)
-    stall_timeout: float = 600.0
+    timeout: float = 0.0  # the wait's own limit (tf_job_wait_timeout); 0: none (the hosts enforce MAX_DURATION)
+    stall_timeout: float = 600.0  # tf_job_stall_timeout (STALL); 0: off
     max_duration: float = 0.0  # the job's deadline (tfcluster_max_duration), for the message
+    unreachable_grace: float = 1800.0  # tf_job_unreachable_grace (UNREACHABLE_GRACE)
+    retrying: bool = True  # the wait polls again (False: make status's one poll)
 
 
 @dataclass(frozen=True)
@@ -171,7 +191,62 @@ def task_entry(host: str, slot: str, status: Mapping[str, Any] | None, state: st
 def _marks(status: Mapping[str, Any]) -> list[Any]:
     """What changes while a task makes progress: its status.json and its log."""
     return [status.get("progress_mtime") or 0, status.get("log_mtime") or 0,
-            json.dumps(status.get("progress"), sort_keys=True)]
+            json.dumps(status.get("progress"), sort_keys=True, default=repr)]
+
+
+def _progress(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    progress = status.get("progress")
+    return progress if isinstance(progress, Mapping) else {}
+
+
+def stall_marks(status: Mapping[str, Any]) -> list[Any] | None:
+    """What must change for a task to count as making progress; None: it cannot stall in its phase (see the module
+    docstring): ``training`` -> its epoch and step; another phase -> None; no phase -> its status.json and log."""
+    phase = _progress(status).get("state")
+    if not isinstance(phase, str):
+        return ["output", *_marks(status)]
+    if phase != TRAINING:
+        return None
+    progress = _progress(status)
+    return ["steps", json.dumps([progress.get("epoch"), progress.get("step")], default=repr)]
+
+
+def stall_allowance(status: Mapping[str, Any], entry: Mapping[str, Any], stall: float) -> float:
+    """Seconds without progress that make a stall: ``stall``, and at an epoch boundary of a training task (no step
+    yet, or the epoch's last step: the first step's compile, the epoch's backup and checkpoint) twice that plus the
+    longest epoch seen."""
+    progress = _progress(status)
+    if progress.get("state") != TRAINING:
+        return stall
+    step, steps = progress.get("step"), progress.get("steps_per_epoch")
+    boundary = not _number(step) or step <= 0 or (_number(steps) and step >= steps)
+    longest = entry.get("longest_epoch") if _number(entry.get("longest_epoch")) else 0.0
+    return 2 * stall + float(longest) if boundary else stall
+
+
+def _epochs(status: Mapping[str, Any], previous: Mapping[str, Any], now: float) -> dict[str, Any]:
+    """The epoch a task is in, since when the wait sees it, and the longest epoch the wait saw (from one change of
+    the epoch to the next)."""
+    epoch = _progress(status).get("epoch")
+    longest = float(previous["longest_epoch"]) if _number(previous.get("longest_epoch")) else 0.0
+    began = float(previous["epoch_since"]) if _number(previous.get("epoch_since")) else now
+    if "epoch" in previous and previous.get("epoch") != epoch:
+        longest, began = max(longest, now - began), now
+    return {"epoch": epoch if _number(epoch) else None, "epoch_since": began, "longest_epoch": round(longest, 1)}
+
+
+def short_duration(seconds: float) -> str:
+    """``12 s``, ``4m05s``, ``1h02m``: short enough for a progress line's state."""
+    minutes, secs = divmod(max(0, round(seconds)), 60)
+    if not minutes:
+        return f"{secs} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def unreachable_state(seconds: float, retrying: bool = True) -> str:
+    """The state a progress line shows for a host this machine cannot reach."""
+    return f"unreachable from here ({short_duration(seconds)}{', retrying' if retrying else ''})"
 
 
 def _failure(host: str, state: str, status: Mapping[str, Any], others_active: bool) -> str | None:
@@ -190,12 +265,34 @@ def _first(states: Mapping[str, str], wanted: str) -> str | None:
     return next((host for host, state in states.items() if state == wanted), None)
 
 
-def _ended(states: Mapping[str, str], statuses: Mapping[str, Mapping[str, Any]], settings: Settings) -> Verdict | None:
-    """Every task stopped, or every task succeeded (done, unless the chief's DONE is missing)."""
-    if states and all(state in (STOPPED, INACTIVE) for state in states.values()):
+@dataclass
+class _Round:
+    """What one round read: per answering host its status and state, per unreachable host (``away``) how long it
+    has been unreachable and ssh's last words."""
+
+    hosts: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    states: dict[str, str] = field(default_factory=dict)
+    seen: dict[str, Any] = field(default_factory=dict)
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    away: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+    def active(self) -> set[str]:
+        """Hosts whose task runs: as answered now, or as last seen for an unreachable host."""
+        return ({host for host, state in self.states.items() if state in ACTIVE_STATES}
+                | {host for host in self.away if self.seen[host].get("state") in ACTIVE_STATES})
+
+
+def _ended(r: _Round, settings: Settings) -> Verdict | None:
+    """Every task stopped, or every task succeeded (done, unless the chief's DONE is missing); never decided while a
+    host is unreachable (its task may still run)."""
+    states, chief = r.states, r.statuses.get(settings.chief)
+    if r.away or not states:
+        return None
+    if all(state in (STOPPED, INACTIVE) for state in states.values()):
         return Verdict(STOPPED, settings.chief, "no task of the job is running (never started, or stopped)")
-    if states and all(state == SUCCEEDED for state in states.values()):
-        chief = statuses.get(settings.chief)
+    if all(state == SUCCEEDED for state in states.values()):
         if settings.require_done and chief is not None and not chief.get("done"):
             return Verdict(FAILED_DECISION, settings.chief, "every task exited 0 but the chief {} wrote no DONE "
                            "marker in {}".format(settings.chief, chief.get("model_dir")))
@@ -203,18 +300,35 @@ def _ended(states: Mapping[str, str], statuses: Mapping[str, Mapping[str, Any]],
     return None
 
 
-def _over(states: Mapping[str, str], statuses: Mapping[str, Mapping[str, Any]], settings: Settings) -> Verdict | None:
-    timed_out = _first(states, TIMEOUT)
+def _gone(r: _Round, settings: Settings) -> Verdict | None:
+    """A host unreachable for longer than the grace: failed naming it, or, when no host answers, unreachable."""
+    beyond = [host for host, (seconds, _) in r.away.items() if seconds > settings.unreachable_grace]
+    if not beyond:
+        return None
+    host, (seconds, error) = beyond[0], r.away[beyond[0]]
+    grace = f"the grace of {duration_text(settings.unreachable_grace)} (UNREACHABLE_GRACE, tfcluster_unreachable_grace)"
+    if len(r.away) == r.hosts:
+        return Verdict(UNREACHABLE, host, f"every host is unreachable from here, {host} for {duration_text(seconds)}, "
+                       f"longer than {grace}; last error: {error}. This machine's network is likely down: nothing "
+                       "was stopped and the job may still run on the hosts. Fix: once they are reachable, `make wait` "
+                       "re-attaches (waits and collects); `make stop` stops the job")
+    return Verdict(FAILED_DECISION, host, f"{host} is unreachable from here for {duration_text(seconds)}, longer than "
+                   f"{grace}, while other hosts answer; last error: {error}. Fix: check {host} (down, or its network "
+                   "cut); a longer UNREACHABLE_GRACE waits longer")
+
+
+def _over(r: _Round, settings: Settings) -> Verdict | None:
+    timed_out = _first(r.states, TIMEOUT)
     if timed_out:
         limit = duration_text(settings.max_duration) if settings.max_duration else "its limit"
         return Verdict(TIMEOUT, timed_out, f"the job reached its deadline (MAX_DURATION {limit}, "
                        f"tfcluster_max_duration) on {timed_out} and was stopped after saving a backup: run it again "
                        "with a longer MAX_DURATION to resume from the backup")
-    preempted = _first(states, PREEMPTED)
+    preempted = _first(r.states, PREEMPTED)
     if preempted:
         return Verdict(PREEMPTED, preempted, f"{preempted} was preempted (exit {EXIT_PREEMPTED}, a backup was saved): "
                        "run the same job again to resume from it")
-    return _ended(states, statuses, settings)
+    return _gone(r, settings) or _ended(r, settings)
 
 
 def _poll_problem(poll: object) -> str | None:
@@ -227,47 +341,92 @@ def _poll_problem(poll: object) -> str | None:
     return status_problem(poll["status"])
 
 
+def _previous(seen: object, host: str) -> Mapping[str, Any]:
+    previous = seen.get(host) if isinstance(seen, Mapping) else None
+    return previous if isinstance(previous, Mapping) else {}
+
+
+def _answered(r: _Round, host: str, status: dict[str, Any], *, slot: str, previous: Mapping[str, Any],
+              now: float) -> None:
+    before = previous.get("state") if isinstance(previous.get("state"), str) else None
+    state = remembered_state(status["state"], before) or INACTIVE
+    if state == LOST and status["state"] == INACTIVE:
+        status["lost_after"] = before
+    r.statuses[host], r.states[host] = status, state
+    r.tasks.append(task_entry(host, slot, status, state))
+    marks = stall_marks(status)
+    since = previous.get("since") if _number(previous.get("since")) else now
+    r.seen[host] = {"marks": marks, "state": state, "since": since if previous.get("marks") == marks else now,
+                    **_epochs(status, previous, now)}
+
+
+def _unreachable(r: _Round, host: str, error: str, *, slot: str, previous: Mapping[str, Any], now: float,
+                 settings: Settings) -> None:
+    """Keep what the previous rounds saw of the host (its state, its progress marks), add since when it is away."""
+    since = float(previous["unreachable_since"]) if _number(previous.get("unreachable_since")) else now
+    r.seen[host] = {**previous, "unreachable_since": since, "error": error}
+    r.away[host] = (now - since, error)
+    r.tasks.append(task_entry(host, slot, None, unreachable_state(now - since, settings.retrying)))
+
+
+def _note(r: _Round, settings: Settings) -> str:
+    """What the progress line says while hosts are unreachable within the grace ('' when none is)."""
+    if not r.away:
+        return ""
+    host, (seconds, error) = max(r.away.items(), key=lambda item: item[1][0])
+    retry = (f"retrying for up to {duration_text(settings.unreachable_grace)} (UNREACHABLE_GRACE)"
+             if settings.retrying else "not retried (one poll)")
+    if len(r.away) == r.hosts:
+        return (f"every host is unreachable from here ({duration_text(seconds)}: {error}); this machine's network "
+                f"may be down, the job runs on without it; {retry}")
+    names = ", ".join(r.away)
+    return f"{names} unreachable from here ({host}: {duration_text(seconds)}, {error}); the job runs on; {retry}"
+
+
+def _stall(r: _Round, now: float, settings: Settings) -> Verdict | None:
+    if settings.stall_timeout <= 0:
+        return None
+    for host in r.states:
+        entry = r.seen[host]
+        if host not in r.active() or entry["marks"] is None:
+            continue
+        allowed = stall_allowance(r.statuses[host], entry, settings.stall_timeout)
+        if now - float(entry["since"]) <= allowed:
+            continue
+        what = ("its epoch and step did not advance while training" if entry["marks"][0] == "steps"
+                else "its status.json and log did not change")
+        away = (f", while {', '.join(r.away)} is unreachable from here (a host cut from its peers stalls them)"
+                if r.away else "")
+        return Verdict(STALLED, host, f"{host} made no progress for {allowed:.0f}s (tf_job_stall_timeout): {what}"
+                       f"{away}. Fix: a longer STALL= waits longer, STALL=off turns the stall check off")
+    return None
+
+
 def decide(polls: Mapping[str, Mapping[str, Any]], slots: Mapping[str, str], seen: Mapping[str, Any], *, now: float,
            started: float, settings: Settings) -> dict[str, Any]:
     """One round. ``polls``: {host: {"status": {...}} or {"error": text, "unreachable": bool}}, in slot order;
-    ``seen``: the previous round's ``seen``. Returns decision, culprit, message, seen, tasks, statuses, elapsed."""
-    failures: list[tuple[str, str]] = []
-    statuses: dict[str, dict[str, Any]] = {}
-    states: dict[str, str] = {}
-    new_seen: dict[str, Any] = {}
-    tasks = []
+    ``seen``: the previous round's ``seen``. Returns decision, culprit, message, note (hosts unreachable from here,
+    '' when none), seen, tasks, statuses, elapsed."""
+    r = _Round(hosts=len(polls))
     for host, poll in polls.items():
-        problem = _poll_problem(poll)
-        if problem is not None:
-            unreachable = isinstance(poll, Mapping) and poll.get("unreachable") is True
-            what = "unreachable" if unreachable else "status unreadable"
-            failures.append((host, f"host {what}: {problem}"))
-            tasks.append(task_entry(host, slots.get(host, ""), None, what))
-            continue
-        status = dict(poll["status"])
-        previous = seen.get(host) if isinstance(seen, Mapping) else None
-        previous = previous if isinstance(previous, Mapping) else {}
-        before = previous.get("state") if isinstance(previous.get("state"), str) else None
-        state = remembered_state(status["state"], before) or INACTIVE
-        if state == LOST and status["state"] == INACTIVE:
-            status["lost_after"] = before
-        statuses[host], states[host] = status, state
-        tasks.append(task_entry(host, slots.get(host, ""), status, state))
-        marks = _marks(status)
-        since = previous.get("since") if _number(previous.get("since")) else now
-        new_seen[host] = {"marks": marks, "state": state, "since": since if previous.get("marks") == marks else now}
-    active = {host for host, state in states.items() if state in ACTIVE_STATES}
-    for host, state in states.items():
-        text = _failure(host, state, statuses[host], bool(active - {host}))
+        problem, slot, previous = _poll_problem(poll), slots.get(host, ""), _previous(seen, host)
+        if problem is None:
+            _answered(r, host, dict(poll["status"]), slot=slot, previous=previous, now=now)
+        elif isinstance(poll, Mapping) and poll.get("unreachable") is True:
+            _unreachable(r, host, problem, slot=slot, previous=previous, now=now, settings=settings)
+        else:
+            r.failures.append((host, f"host status unreadable: {problem}"))
+            r.tasks.append(task_entry(host, slot, None, "status unreadable"))
+    active = r.active()
+    for host, state in r.states.items():
+        text = _failure(host, state, r.statuses[host], bool(active - {host}))
         if text:
-            failures.append((host, text))
-    verdict = Verdict(FAILED_DECISION, *failures[0]) if failures else _over(states, statuses, settings)
-    if verdict is None and now - started > settings.timeout:
+            r.failures.append((host, text))
+    verdict = Verdict(FAILED_DECISION, *r.failures[0]) if r.failures else _over(r, settings)
+    if verdict is None and settings.timeout > 0 and now - started > settings.timeout:
         verdict = Verdict(TIMEOUT, settings.chief, f"the job did not finish within {duration_text(settings.timeout)} "
                           "(tf_job_wait_timeout): every task was stopped")
-    if verdict is None:
-        stalled = [h for h in states if h in active and now - float(new_seen[h]["since"]) > settings.stall_timeout]
-        verdict = Verdict(STALLED, stalled[0], f"{stalled[0]} made no progress for {settings.stall_timeout:.0f}s "
-                          "(tf_job_stall_timeout)") if stalled else Verdict(RUNNING)
-    return {"decision": verdict.decision, "culprit": verdict.culprit, "message": verdict.message, "seen": new_seen,
-            "tasks": tasks, "statuses": statuses, "elapsed": round(now - started, 1)}
+    verdict = verdict or _stall(r, now, settings) or Verdict(RUNNING)
+    return {"decision": verdict.decision, "culprit": verdict.culprit, "message": verdict.message,
+            "note": _note(r, settings), "seen": r.seen, "tasks": r.tasks, "statuses": r.statuses,
+            "elapsed": round(now - started, 1)}

@@ -440,6 +440,19 @@ def test_a_train_that_failed_after_the_gang_start_without_a_decision_blocks(monk
         _destroy()
 
 
+def test_a_gang_start_play_whose_hosts_had_all_failed_does_not_block(monkeypatch: pytest.MonkeyPatch,
+                                                                    cluster: list[str]) -> None:
+    """A changed host key on the twin: Ansible announces the later plays (localhost is still in the run), but the
+    start play starts no task (`tasks` 0): nothing ran, so destroy is not blocked."""
+    announced = [_stage(command.START_STAGE), {"event": "stage_end", "name": command.START_STAGE, "ok": True,
+                                                "tasks": 0}]
+    monkeypatch.setattr(command.Command, "playbook", _playbook(announced, code=2))
+    assert commands.cmd_train(command.Command(load(), io.StringIO())) == command.EXIT_FAILED
+    assert _destroy() == 0 and cluster == ["destroy"]
+    assert commands.gang_start_ran([_stage(command.START_STAGE)])  # began, never ended: it may run
+    assert commands.gang_start_ran([{"event": "stage_end", "name": command.START_STAGE, "tasks": 3}])
+
+
 def test_the_gang_start_stage_is_a_play_of_train_yml() -> None:
     plays = yaml.safe_load((paths.PLAYBOOKS / "train.yml").read_text())
     names = [play.get("name") for play in plays]
@@ -456,6 +469,8 @@ def test_run_events_keeps_what_the_ledger_reads(tmp_path: Path) -> None:
     with events_file.open("a") as handle:
         handle.write('{"event": "decision", broken\n["not", "an object", "event": "collected"]\n')
     assert [e["event"] for e in command.run_events(events_file)] == ["stage_start", "decision", "collected"]
+    events.emit("stage_end", str(events_file), name="x", ok=True, tasks=0)
+    assert command.run_events(events_file)[-1]["tasks"] == 0
     assert command.run_events(tmp_path / "missing.jsonl") == []
 
 

@@ -130,6 +130,16 @@ def test_rendered_gives_the_log_the_jobs_group(tmp_path: Path, capsys: pytest.Ca
     assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, group.gr_gid, 0o640)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the job's group is looked up only as root")
+def test_a_dry_run_on_a_fresh_host_without_the_jobs_group_says_what_it_would_do(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """molecule's check: the trainer role would create the group first; the dry run must not fail on its absence."""
+    out = run(job, render_args(tmp_path, ["/bin/true"], group="tfcluster-nosuchgroup"), capsys, check=True)
+    assert out["changed"] and not (tmp_path / "log/t.log").exists()
+    numeric = run(job, render_args(tmp_path, ["/bin/true"], group=str(os.getgid())), capsys)  # a gid, as molecule
+    assert numeric["changed"] and (tmp_path / "log/t.log").stat().st_gid == os.getgid()
+
+
 def test_rendered_refuses_a_symlinked_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     victim = tmp_path / "victim"
     victim.write_text("root's\n")

@@ -57,7 +57,6 @@ def test_done_needs_the_chiefs_marker_unless_a_script_ran() -> None:
     (ok(FAILED, exit_code=1, restarts=3), FAILED_DECISION, "job failed on w1 (exit code 1, restarts 3)"),
     (ok(LOST), FAILED_DECISION, "job lost on w1"),
     (ok(STOPPED), FAILED_DECISION, "job is stopped on w1 while the others run"),
-    ({"error": "ssh: timeout", "unreachable": True}, FAILED_DECISION, "host unreachable: ssh: timeout"),
     ({"error": "rc=1: boom"}, FAILED_DECISION, "host status unreadable: rc=1: boom"),
     (ok(PREEMPTED), PREEMPTED, "w1 was preempted (exit 3, a backup was saved)"),
     (ok(TIMEOUT), TIMEOUT, "the job reached its deadline (MAX_DURATION its limit, tfcluster_max_duration) on w1"),
@@ -273,3 +272,168 @@ def test_a_malformed_host_is_the_culprit_of_a_failed_decision(hosts: list[tuple[
         assert out["decision"] == FAILED_DECISION
         assert out["culprit"] == min(broken, key=lambda h: int(h[1:]))  # the first in slot order
         assert "status unreadable" in out["message"]
+
+
+# --- the job belongs to the hosts (issue 21 item 3): unreachable from here is not failed; stall by phase ------------
+AWAY = {"error": "ssh: connect to host w1 port 22: No route to host", "unreachable": True}
+GRACE = Settings(chief="w0", unreachable_grace=1800, stall_timeout=600)
+
+
+def rounds(*steps: tuple[float, list[Any]], settings: Settings = GRACE) -> list[dict[str, Any]]:
+    """decide over several rounds (now, polls), each seeing the previous round's ``seen``."""
+    outs: list[dict[str, Any]] = []
+    for now, polls in steps:
+        outs.append(run(*polls, seen=outs[-1]["seen"] if outs else None, now=now, started=0.0, settings=settings))
+    return outs
+
+
+def test_an_unreachable_host_within_the_grace_is_running_with_a_note() -> None:
+    first, later = rounds((100.0, [ok(RUNNING), ok(RUNNING)]), (112.0, [ok(RUNNING), AWAY]))[0:2]
+    assert first["note"] == ""
+    assert (later["decision"], later["culprit"]) == (RUNNING, None)
+    assert later["tasks"][1]["state"] == "unreachable from here (0 s, retrying)"
+    again = rounds((100.0, [ok(RUNNING), AWAY]), (112.0, [ok(RUNNING), AWAY]))[-1]
+    assert again["decision"] == RUNNING and again["tasks"][1]["state"] == "unreachable from here (12 s, retrying)"
+    assert again["note"].startswith("w1 unreachable from here (w1: 12 s, ssh: connect to host w1 port 22: No route")
+    assert "the job runs on; retrying for up to 30 min (UNREACHABLE_GRACE)" in again["note"]
+
+
+def test_beyond_the_grace_it_fails_naming_the_host_and_the_grace() -> None:
+    outs = rounds((0.0, [ok(RUNNING), AWAY]), (1800.0, [ok(RUNNING), AWAY]), (1801.0, [ok(RUNNING), AWAY]))
+    assert outs[1]["decision"] == RUNNING  # at the grace, not beyond it
+    out = outs[2]
+    assert (out["decision"], out["culprit"]) == (FAILED_DECISION, "w1")
+    assert "w1 is unreachable from here for 30 min 1 s, longer than the grace of 30 min (UNREACHABLE_GRACE" in out[
+        "message"]
+    assert "No route to host" in out["message"] and "Fix: check w1" in out["message"]
+
+
+def test_the_grace_is_a_setting() -> None:
+    short = Settings(chief="w0", unreachable_grace=60)
+    outs = rounds((0.0, [ok(RUNNING), AWAY]), (61.0, [ok(RUNNING), AWAY]), settings=short)
+    assert outs[-1]["decision"] == FAILED_DECISION and "the grace of 60 s" in outs[-1]["message"]
+
+
+def test_every_host_unreachable_waits_within_the_grace_then_stops_nothing() -> None:
+    outs = rounds((0.0, [ok(RUNNING), ok(RUNNING)]), (10.0, [AWAY, AWAY]), (1000.0, [AWAY, AWAY]),
+                  (1811.0, [AWAY, AWAY]))
+    assert [o["decision"] for o in outs[:3]] == [RUNNING] * 3
+    assert outs[2]["note"].startswith("every host is unreachable from here (16 min 30 s: ssh: connect")
+    assert "this machine's network may be down, the job runs on without it" in outs[2]["note"]
+    last = outs[3]
+    assert (last["decision"], last["culprit"]) == ("unreachable", "w0")
+    assert "nothing was stopped and the job may still run on the hosts" in last["message"]
+    assert "`make wait` re-attaches" in last["message"]
+
+
+def test_a_host_back_within_the_grace_goes_on_as_before() -> None:
+    outs = rounds((0.0, [ok(RUNNING), ok(RUNNING)]), (10.0, [ok(RUNNING), AWAY]),
+                  (70.0, [ok(RUNNING), ok(RUNNING)]), (80.0, [ok(RUNNING), AWAY]))
+    assert [o["decision"] for o in outs] == [RUNNING] * 4
+    assert outs[2]["note"] == "" and outs[2]["tasks"][1]["state"] == RUNNING
+    assert outs[3]["tasks"][1]["state"] == "unreachable from here (0 s, retrying)"  # a new absence counts anew
+
+
+def test_evidence_from_a_peer_fails_at_once_while_a_host_is_unreachable() -> None:
+    outs = rounds((0.0, [ok(RUNNING), ok(RUNNING)]), (5.0, [ok(FAILED, exit_code=1, restarts=3), AWAY]))
+    assert (outs[-1]["decision"], outs[-1]["culprit"]) == (FAILED_DECISION, "w0")
+    assert "job failed on w0 (exit code 1, restarts 3)" in outs[-1]["message"]
+
+
+def test_a_task_seen_running_that_is_gone_when_its_host_is_back_was_lost() -> None:
+    """Its exit record went with a reboot while it was unreachable: the state seen before the absence counts."""
+    outs = rounds((0.0, [ok(RUNNING), ok(RUNNING)]), (10.0, [ok(RUNNING), AWAY]), (60.0, [ok(RUNNING), ok(INACTIVE)]))
+    assert (outs[-1]["decision"], outs[-1]["culprit"]) == (FAILED_DECISION, "w1")
+    assert "job lost on w1: it was running at the previous poll" in outs[-1]["message"]
+
+
+def test_a_task_stopped_while_an_unreachable_one_was_last_seen_running_fails() -> None:
+    outs = rounds((0.0, [ok(RUNNING), ok(RUNNING)]), (10.0, [ok(STOPPED), AWAY]))
+    assert (outs[-1]["decision"], outs[-1]["culprit"]) == (FAILED_DECISION, "w0")
+
+
+def test_not_done_while_a_host_is_unreachable() -> None:
+    outs = rounds((0.0, [ok(RUNNING), ok(RUNNING)]), (10.0, [ok(SUCCEEDED, done=True), AWAY]),
+                  (20.0, [ok(SUCCEEDED, done=True), ok(SUCCEEDED)]))
+    assert [o["decision"] for o in outs] == [RUNNING, RUNNING, DONE_DECISION]
+
+
+def test_no_limit_of_its_own_unless_set() -> None:
+    assert run(ok(RUNNING), now=10 * 86400.0, started=0.0, settings=Settings(chief="w0"))["decision"] == RUNNING
+
+
+def test_make_status_says_unreachable_without_retrying() -> None:
+    once = Settings(chief="w0", retrying=False)
+    out = run(ok(RUNNING), AWAY, settings=once)
+    assert out["tasks"][1]["state"] == "unreachable from here (0 s)" and "not retried (one poll)" in out["note"]
+
+
+def training(epoch: int, step: int, steps: int = 100, **more: Any) -> dict[str, Any]:
+    return ok(RUNNING, progress={"state": "training", "epoch": epoch, "step": step, "steps_per_epoch": steps},
+              **more)
+
+
+def phase(name: str, **more: Any) -> dict[str, Any]:
+    return ok(RUNNING, progress={"state": name}, **more)
+
+
+STALL = Settings(chief="w0", stall_timeout=60)
+
+
+@pytest.mark.parametrize("name", ["starting", "connecting", "exporting", "serving"])
+def test_a_phase_other_than_training_is_progress(name: str) -> None:
+    """The trainer downloads its data while it says starting, waits for its peers while connecting."""
+    outs = rounds((0.0, [phase(name)]), (5000.0, [phase(name)]), settings=STALL)
+    assert outs[-1]["decision"] == RUNNING
+
+
+def test_while_training_the_step_must_advance() -> None:
+    moving = rounds(*[(t * 50.0, [training(1, 10 + t)]) for t in range(6)], settings=STALL)
+    assert {o["decision"] for o in moving} == {RUNNING}
+    stuck = rounds((0.0, [training(1, 10, progress_mtime=0.0)]), (60.0, [training(1, 10, progress_mtime=59.0)]),
+                   (61.0, [training(1, 10, progress_mtime=61.0)]), settings=STALL)
+    assert stuck[1]["decision"] == RUNNING
+    assert (stuck[2]["decision"], stuck[2]["culprit"]) == (STALLED, "w0")  # a rewritten status.json is no step
+    assert "w0 made no progress for 60s (tf_job_stall_timeout): its epoch and step did not advance" in stuck[2][
+        "message"]
+    assert "Fix: a longer STALL= waits longer, STALL=off turns the stall check off" in stuck[2]["message"]
+
+
+def test_a_long_download_then_training_starts_the_clock_at_training() -> None:
+    outs = rounds((0.0, [phase("starting")]), (3000.0, [phase("starting")]), (3001.0, [training(1, 0)]),
+                  (3001.0 + 110, [training(1, 3)]), (3111.0 + 59, [training(1, 3)]), settings=STALL)
+    assert [o["decision"] for o in outs] == [RUNNING] * 5
+
+
+def test_an_epoch_boundary_gets_twice_the_stall_plus_the_longest_epoch() -> None:
+    """Epoch 1 is seen from t=0 to t=300 (its longest epoch); at the end of epoch 2 (its backup, its checkpoint)
+    the allowance is 2 x 60 + 300 s."""
+    steps = [(0.0, [training(1, 1)]), (150.0, [training(1, 50)]), (300.0, [training(2, 1)]),
+             (400.0, [training(2, 100)])]
+    outs = rounds(*steps, (400.0 + 420, [training(2, 100)]), settings=STALL)
+    assert outs[-1]["decision"] == RUNNING and outs[-1]["seen"]["w0"]["longest_epoch"] == 300.0
+    late = rounds(*steps, (400.0 + 421, [training(2, 100)]), settings=STALL)[-1]
+    assert late["decision"] == STALLED and "made no progress for 420s" in late["message"]
+    first_step = rounds((0.0, [training(1, 0)]), (120.0, [training(1, 0)]), settings=STALL)  # the compile
+    assert first_step[-1]["decision"] == RUNNING
+
+
+def test_a_script_without_a_phase_is_judged_by_its_output() -> None:
+    outs = rounds((0.0, [ok(RUNNING, log_mtime=0.0)]), (50.0, [ok(RUNNING, log_mtime=50.0)]),
+                  (105.0, [ok(RUNNING, log_mtime=50.0)]), (111.0, [ok(RUNNING, log_mtime=50.0)]), settings=STALL)
+    assert [o["decision"] for o in outs] == [RUNNING, RUNNING, RUNNING, STALLED]
+    assert "its status.json and log did not change" in outs[-1]["message"]
+
+
+def test_stall_off() -> None:
+    off = Settings(chief="w0", stall_timeout=0)
+    for polls in ([ok(RUNNING)], [training(1, 5)]):
+        assert rounds((0.0, polls), (10 * 86400.0, polls), settings=off)[-1]["decision"] == RUNNING
+
+
+def test_a_stall_while_a_host_is_unreachable_names_that_host_too() -> None:
+    """A host cut from its peers stalls them: the stall is the hosts' evidence, and says which host is away."""
+    outs = rounds((0.0, [training(1, 5), training(1, 5)]), (10.0, [training(1, 5), AWAY]),
+                  (61.0, [training(1, 5), AWAY]), settings=STALL)
+    assert (outs[-1]["decision"], outs[-1]["culprit"]) == (STALLED, "w0")
+    assert "while w1 is unreachable from here (a host cut from its peers stalls them)" in outs[-1]["message"]

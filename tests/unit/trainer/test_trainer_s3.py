@@ -208,30 +208,3 @@ def test_model_dir_lands_with_manifest_then_done_last(client: Any, tmp_path: Pat
     uploads = [k for op, k in rec.calls if op == "upload_file"]
     assert uploads.index(model + "MANIFEST.sha256") == len(uploads) - 2  # after every file it lists
 
-
-def test_load_inputs_prepares_s3_beside_the_data_without_tensorflow(client: Any, tmp_path: Path) -> None:
-    """The loading thread's work (trainer.source.load_inputs, run while TensorFlow is imported): the data, a
-    replacement host's backups from S3, and on the chief the S3 model's DONE removed."""
-    from trainer.config import TrainConfig
-    from trainer.source import load_inputs
-
-    location = s3.Location("job-bucket", "jobs/j1")
-    s3.BackupSync(location, _backup_dir(tmp_path / "old" / "backup" / "worker-1", [10, 11]), lambda: client).upload()
-    client.put_object(Bucket="job-bucket", Key="jobs/j1/model/DONE", Body=b"{}")
-    flags = {"dataset": "synthetic", "synthetic_examples": 256, "checkpoint_s3": "s3://job-bucket/jobs/j1"}
-
-    worker = load_inputs(TrainConfig.from_flags({"model_dir": str(tmp_path / "w"), **flags}), "worker:1", False)
-    assert worker.source.num_train == 256 and worker.sync is not None
-    assert worker.restored_from == "s3://job-bucket/jobs/j1/backup"
-    assert (tmp_path / "w" / "backup" / "worker-1" / "checkpoint").is_file()
-    assert "jobs/j1/model/DONE" in keys(client)  # only the chief removes it
-
-    chief = load_inputs(TrainConfig.from_flags({"model_dir": str(tmp_path / "c"), **flags}), "worker:0", True)
-    assert chief.restored_from is None and chief.sync is not None  # no backup of worker-0 in S3
-    assert "jobs/j1/model/DONE" not in keys(client)
-    plain = load_inputs(TrainConfig.from_flags({"model_dir": str(tmp_path / "p"), "dataset": "synthetic"}), "local:0",
-                        True)
-    assert plain.sync is None and plain.restored_from is None
-    import sys
-
-    assert "tensorflow" not in sys.modules

@@ -42,11 +42,12 @@ class CallbackModule(CallbackBase):
         self._play: str | None = None
         self._started = 0.0
         self._failed = False
+        self._tasks = 0  # tasks the play started: a play whose hosts all failed earlier starts none
 
     def _end_play(self) -> None:
         if self._play is not None:
             self._emit("stage_end", name=self._play, seconds=round(time.monotonic() - self._started, 2),
-                       ok=not self._failed)
+                       ok=not self._failed, tasks=self._tasks)
         self._play = None
 
     def v2_playbook_on_play_start(self, play: Any) -> None:
@@ -54,7 +55,11 @@ class CallbackModule(CallbackBase):
         self._play = play.get_name().strip() or "play"
         self._started = time.monotonic()
         self._failed = False
+        self._tasks = 0
         self._emit("stage_start", name=self._play)
+
+    def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
+        self._tasks += 1
 
     def _failure(self, result: Any, what: str) -> None:
         self._failed = True

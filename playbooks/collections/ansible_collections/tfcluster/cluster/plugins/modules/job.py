@@ -95,6 +95,13 @@ from ansible_collections.tfcluster.cluster.plugins.module_utils.host.supervisor 
 LOG_MODE = 0o640  # the task's log: root writes it (the supervisor), the job's group reads it, nobody else
 
 
+def _gid(group: str) -> int:
+    """A group by name, or by number (a gid the host may not name); KeyError when there is no such group."""
+    if group.isascii() and group.isdigit():
+        return int(group)
+    return grp.getgrnam(group).gr_gid
+
+
 def _read(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -139,8 +146,11 @@ class Renderer:
             self.module.fail_json(msg=f"{path} (the job's log) is not a regular file (a symlink, a FIFO or a "
                                       "directory). Fix: remove it; the job module creates the log")
         try:
-            gid = grp.getgrnam(group).gr_gid if self.root and group else -1
+            gid = _gid(group) if self.root and group else -1
         except KeyError:
+            if self.module.check_mode:  # a dry run on a fresh host: the trainer role would create the group first
+                self.changed.append(path)
+                return
             self.module.fail_json(msg=f"group {group} does not exist on this host. Fix: run site.yml (the trainer "
                                       "role creates it)")
         if info is not None and stat.S_IMODE(info.st_mode) == LOG_MODE and gid in (-1, info.st_gid):

@@ -1,16 +1,29 @@
 """Autostop role probe: compare the host with what the role writes, in one read-only pass. Standard library only.
 
 Run as ``python3 -c <this file> <spec JSON>`` (ansible.builtin.raw: no module upload). The spec:
-``{"files": [{"path", "mode", "sha256"}], "config": PATH, "config_sha256": HEX or "" (presence only),
-"timer": UNIT, "enabled": bool}``. Prints one JSON line: ``{"systemd": bool, "drift": [WHAT, ...]}``.
+``{"files": [{"path", "mode", "sha256"}], "absent": [PATH, ...], "config": PATH, "timer": UNIT}``. Prints one JSON
+line: ``{"systemd": bool, "drift": [WHAT, ...], "timer": [is-enabled, is-active], "settings": {...} or null,
+"settings_sha256": HEX or null}``. ``absent``: files that must not be there (the boot guard's checker).
+
+``settings`` are the host's own (the boot guard's or an earlier run's), so that a run that keeps them keeps them:
+only the keys tfcluster/host/autostop.py reads, each of its type (a value the role writes back, never templated); a
+file that is not such an object gives null (the role then writes its own values). The role compares the settings it
+writes (and the timer it wants) with these itself.
 """
 
 import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
+
+MAX_SETTINGS = 64 * 1024
+BOOLS = ("enabled", "terminate")
+INTS = ("idle_minutes", "gpu_idle_percent", "gpu_idle_window_minutes", "uncollected_grace_minutes")
+MODES = ("jobs", "jobs_and_ssh")
+TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 
 
 def file_drift(path, mode, sha256):
@@ -27,6 +40,45 @@ def file_drift(path, mode, sha256):
     return "content" if sha256 and digest != sha256 else None
 
 
+def checked_settings(data):
+    """The keys the checker reads, each of its type; None when anything is off (then the role's own values)."""
+    if not isinstance(data, dict):
+        return None
+    out = {}
+    for key, value in data.items():
+        if key in BOOLS and isinstance(value, bool):
+            out[key] = value
+        elif key in INTS and isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 525600:
+            out[key] = value
+        elif key == "mode" and value in MODES:
+            out[key] = value
+        elif key == "expires_at" and (value is None or (isinstance(value, str) and TIME.fullmatch(value))):
+            out[key] = value
+        else:
+            return None
+    return out if "enabled" in out else None
+
+
+def host_settings(path):
+    """(checked settings or None, sha256 of the file or None): regular files only, no symlink followed, capped."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None, None
+    try:
+        info = os.fstat(fd)
+        raw = os.read(fd, MAX_SETTINGS + 1) if stat.S_ISREG(info.st_mode) else b""
+    finally:
+        os.close(fd)
+    if not raw or len(raw) > MAX_SETTINGS:
+        return None, None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        data = None
+    return checked_settings(data), hashlib.sha256(raw).hexdigest()
+
+
 def systemctl(*args):
     proc = subprocess.run(["systemctl", *args], capture_output=True, text=True, check=False)
     return proc.stdout.strip()
@@ -36,16 +88,15 @@ def main():
     spec = json.loads(sys.argv[1])
     drift = [f"{f['path']}: {why}" for f in spec["files"]
              for why in [file_drift(f["path"], f["mode"], f["sha256"])] if why]
-    why = file_drift(spec["config"], "0644", spec["config_sha256"])
+    drift += [f"{path}: present" for path in spec.get("absent", []) if os.path.lexists(path)]
+    why = file_drift(spec["config"], "0644", "")
     if why:
         drift.append(f"{spec['config']}: {why}")
+    settings, sha256 = host_settings(spec["config"])
     systemd = os.path.isdir("/run/systemd/system")
-    if systemd:
-        want = ("enabled", "active") if spec["enabled"] else ("disabled", "inactive")
-        have = (systemctl("is-enabled", spec["timer"]), systemctl("is-active", spec["timer"]))
-        if have != want:
-            drift.append(f"{spec['timer']}: {'/'.join(have)}, wanted {'/'.join(want)}")
-    print(json.dumps({"systemd": systemd, "drift": drift}))
+    timer = [systemctl("is-enabled", spec["timer"]), systemctl("is-active", spec["timer"])] if systemd else []
+    print(json.dumps({"systemd": systemd, "drift": drift, "timer": timer, "settings": settings,
+                      "settings_sha256": sha256}))
 
 
 main()
