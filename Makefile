@@ -20,13 +20,17 @@ DATASETS ?=## SCRIPT jobs: datasets copied to every host's dataset dir (TFCLUSTE
 TRAINER_ARGS ?=## extra arguments of the built-in trainer
 EPOCHS   ?=## override the trainer's epoch count
 MAX_DURATION ?=## job deadline, e.g. 4h: every task saves a backup and stops; a re-run resumes
+STALL    ?=## time without progress that stops the job, e.g. 20m, or off (default 10m while the trainer trains; off for SCRIPT)
+UNREACHABLE_GRACE ?=## how long a host may stay unreachable from this machine before the job fails (default 30m)
 VERBOSE  ?=## 1: show Terraform's and Ansible's whole output (always in artifacts/<cluster>/<job>/logs/)
 AUTO_APPROVE ?=## set to 1 to apply/destroy on AWS without the confirmation prompt
-IDLE     ?=## autostop: idle time before a host powers itself off: 10 (minutes), 30m, 2h, off
+IDLE     ?=## autostop: idle time before a host powers itself off: 10 (minutes), 30m, 2h, off (provision: the boot guard's)
 MODE     ?=## autostop: jobs | jobs_and_ssh (an SSH login keeps a host up too)
 DOWN     ?=## CLUSTER=aws: 1 an idle host terminates instead of stopping (provision, autostop)
-TTL      ?=## CLUSTER=aws: cluster lifetime in the tfcluster:expires tag (default 24h; off)
-FORCE    ?=## destroy: 1 destroys even when a finished job was never collected
+TTL      ?=## CLUSTER=aws: cluster lifetime in the tfcluster:expires tag (default 24h; off); the hosts power off after it
+AMI      ?=## CLUSTER=aws provision: refresh replaces every host with the newest image (the image is kept otherwise)
+ALL_OR_NOTHING ?=## CLUSTER=aws provision: 1 tears down what launched when not every slot could be launched
+FORCE    ?=## destroy, provision AMI=refresh: 1 goes on even when a finished job was never collected
 YES      ?=## clean-artifacts: 1 deletes without asking
 HOST     ?=## logs: the host whose job log to follow (default the chief)
 PREPARE  ?=## force: run every prepare role even where the prepared digest says nothing changed
@@ -38,6 +42,8 @@ ANSIBLE_ARGS ?=## extra ansible-playbook arguments (trusted), e.g. -e tf_job_sta
 WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tfcluster.prepare.wheelhouse)
 export CLUSTER WORKERS JOB STRATEGY HOSTS SCRIPT SCRIPT_ARGS SCRIPT_REQUIREMENTS KERAS TRAINER_ARGS EPOCHS
 export BASE MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE YES IDLE MODE DOWN TTL DATASETS PREPARE
+export STALL UNREACHABLE_GRACE
+export AMI ALL_OR_NOTHING
 
 VENV := .venv
 PY   := $(VENV)/bin/python
@@ -70,6 +76,10 @@ plan: setup-cluster ## Terraform plan and every planned host's TF_CONFIG; touche
 train: setup-cluster ## Prepare hosts, gang-start the job, wait (fail fast), collect the chief's checkpoint
 	$(TFC) train
 
+.PHONY: wait
+wait: setup-cluster ## Re-attach to a running job (after Ctrl-C or a closed terminal): wait for it, then collect
+	$(TFC) wait
+
 .PHONY: collect
 collect: setup-cluster ## Bring the chief's checkpoint into artifacts/<cluster>/<job>/ and verify it
 	$(TFC) collect
@@ -93,6 +103,10 @@ autostop: setup-cluster ## Change a running cluster's idle autostop: IDLE=10|30m
 .PHONY: clusters
 clusters: setup-cluster ## Every tfcluster cluster in the region (EC2 tags): age, instances, state, expiry, est. $/hour
 	$(TFC) clusters
+
+.PHONY: start
+start: setup-cluster ## Start a stopped cluster (autostop stops idle hosts), refresh its addresses; then `make train` resumes
+	$(TFC) start
 
 .PHONY: destroy
 destroy: setup-cluster ## Tear the machines down (checks that no tagged instance is left)

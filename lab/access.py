@@ -113,6 +113,25 @@ class Access:
         (self.paths.run / "isolated").unlink(missing_ok=True)
         self._write_control_files(isolated=False)
 
+    @property
+    def offline(self) -> bool:
+        return (self.paths.run / "offline").exists()
+
+    def go_offline(self) -> None:
+        """The control machine loses its network (a laptop off the Wi-Fi): its address on the lab bridge goes and the
+        lab's subnet is unreachable from it (ssh fails to connect; an open connection dies at its ServerAlive),
+        while the hosts still reach each other over the bridge and train on. go_online() undoes it."""
+        spec = self._spec()
+        system.del_address(spec.bridge, f"{spec.control_address}/{spec.network.prefixlen}")
+        system.set_unreachable(spec.subnet, on=True)
+        (self.paths.run / "offline").touch()
+
+    def go_online(self) -> None:
+        spec = self._spec()
+        system.set_unreachable(spec.subnet, on=False)
+        system.add_address(spec.bridge, f"{spec.control_address}/{spec.network.prefixlen}")
+        (self.paths.run / "offline").unlink(missing_ok=True)
+
     def ssh_argv(self, name: str, command: str | None = None) -> list[str]:
         self.host(name)
         argv = ["ssh", "-F", str(self.ssh_config), name]

@@ -29,13 +29,14 @@ from pathlib import Path
 from lab.config import LabError
 from lab.paths import LabPaths, default_lab_dir
 from lab.rootfs import STAMP as ROOTFS_STAMP
+from tfcluster.core.contract import WORKER
 from tfcluster.core.files import tree_digest
 from tfcluster.core.paths import REPO_ROOT, ROLES
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1  # bump when what is kept or dropped below changes
-DONE = ".tfcluster-layer.json"
+LAYER_STAMP = ".tfcluster-layer.json"  # written last: the layer is whole
 ROLE = ROLES / "python_runtime"
 PLAYBOOK = Path(__file__).parent / "playbooks" / "runtime_layer.yml"
 LAYER_LAB, LAYER_HOST = "ptlayer", "layer-0"
@@ -73,7 +74,7 @@ def runtime_layer(wheelhouse: Path, lab_dir: Path | None = None, timeout: float 
 
         setup(paths.root)  # the rootfs the key is taken from must exist
         layer = layers / f"runtime-{layer_key(wheelhouse, paths.rootfs)}"
-        if (layer / DONE).is_file():
+        if (layer / LAYER_STAMP).is_file():
             return layer
         for stale in layers.glob("runtime-*"):  # an older layer, or one whose build was cut short
             shutil.rmtree(stale, ignore_errors=True)
@@ -87,7 +88,7 @@ def _build(layer: Path, wheelhouse: Path, paths: LabPaths, timeout: float) -> No
     from lab.flows import ANSIBLE_PLAYBOOK, INVENTORY, VENV_BIN
     from lab.lab import Lab
 
-    lab = Lab(slots=("worker",), name=LAYER_LAB, names=(LAYER_HOST,), lab_dir=paths.root)
+    lab = Lab(slots=(WORKER,), name=LAYER_LAB, names=(LAYER_HOST,), lab_dir=paths.root)
     try:
         lab.start()
         env = {**os.environ, **lab.inventory_env(), "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
@@ -105,7 +106,7 @@ def _build(layer: Path, wheelhouse: Path, paths: LabPaths, timeout: float) -> No
 
 
 def keep(upper: Path, layer: Path) -> None:
-    """The build host's upper dir, less what is the host's own (HOST_OWN), as ``layer`` (written last: DONE)."""
+    """The build host's upper dir, less what is the host's own (HOST_OWN), as ``layer`` (its stamp written last)."""
     tmp = layer.with_name(layer.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     subprocess.run(["cp", "-a", f"{upper}/.", str(tmp)], check=True, capture_output=True)
@@ -117,5 +118,5 @@ def keep(upper: Path, layer: Path) -> None:
             target.unlink()
     if not (tmp / "opt/tfcluster/venv/bin/python").exists():
         raise LabError(f"the runtime layer holds no venv ({tmp}/opt/tfcluster/venv): the role installed nothing")
-    (tmp / DONE).write_text(json.dumps({"built_at": time.time()}) + "\n")
+    (tmp / LAYER_STAMP).write_text(json.dumps({"built_at": time.time()}) + "\n")
     tmp.rename(layer)

@@ -7,6 +7,10 @@ lab hosts.
     lab = twin.boot_lab(instances, late=...)      # a lab host per instance at its private IP; keys on the console
     twin.wait(run); twin.make("train", JOB=...); twin.make("destroy"); twin.close()
 
+    twin.apply_user_data(instances)               # play cloud-init: the boot guard's files and commands, from moto
+    off = twin.watch_power_off(instances)         # a host that powered itself off: EC2 stops (or terminates) it
+    twin.power_on(instances)                      # after `make start`: boot the stopped hosts again, disks kept
+
 What differs from a real run, and nothing else: the endpoint and the credentials. `start()` writes
 infra/aws/tfcluster_twin_override.tf (the provider's endpoints and skips; git-ignored, removed by `close()`; a real
 `make provision` refuses while it exists, tfcluster/provision/aws.py), runs moto on a free loopback port with the
@@ -22,12 +26,23 @@ is never touched.
 The lab plays the instances as the Deep Learning AMI would: Ubuntu's login user `ubuntu` with passwordless sudo
 and the key pair's key, cloud-init's host-key block on the console, and (for `late`) an sshd that starts late.
 A bastion lab host with a leg on a front bridge is the jump host of the bastion mode (`Lab.isolate()`).
+
+The twin does not run cloud-init: `apply_user_data` reads each instance's user data back from moto (what Terraform
+rendered) and does what cloud-init would with it on the lab host: write_files (gz+b64 decoded, modes), then runcmd.
+It plays the hypervisor too: a lab host that powered itself off (its systemd-nspawn exited 0) is stopped in moto
+(`watch_power_off`; terminated when its shutdown behaviour says so), and `power_on` boots a stopped host again with
+its disk (the overlay: host keys, state and prepared stamp survive, as on an EBS root), its console showing no keys
+(cloud-init prints them on the first boot only).
 """
 
 from __future__ import annotations
 
+import base64
+import email
+import gzip
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -247,6 +262,87 @@ class Twin:
                          "bastion": f'{{ address = "{bastion.front_address}", user = "{USER}", port = 22 }}',
                          "allowed_ssh_cidrs": f'["10.42.0.0/16", "{bastion.front_address}/32"]'}
 
+    # ---- cloud-init and the hypervisor -------------------------------------------------------------------------
+
+    def user_data(self, instance_id: str) -> str:
+        """The instance's user data as EC2 holds it (decoded)."""
+        value = self.ec2().describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+        raw = value.get("UserData", {}).get("Value") or ""
+        return base64.b64decode(raw).decode("utf-8") if raw else ""
+
+    def apply_user_data(self, instances: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """Do on each instance's lab host what cloud-init does with its user data (write_files, then runcmd, as
+        root); {lab host: when it was done}."""
+        assert self.lab is not None
+        done = {}
+        for instance in instances:
+            name = lab_name(instance)
+            config = cloud_config(self.user_data(instance["InstanceId"]))
+            for item in config.get("write_files", []):
+                mode = str(item.get("permissions", "0644"))
+                path = str(item["path"])
+                self.lab.ssh(name, f"install -D -m {shlex.quote(mode)} /dev/stdin {shlex.quote(path)}",
+                             input=file_content(item))
+            for command in config.get("runcmd", []):
+                self.lab.ssh(name, command if isinstance(command, str) else shlex.join(map(str, command)))
+            done[name] = time.time()
+        return done
+
+    def watch_power_off(self, instances: Sequence[Mapping[str, Any]], timeout: float = 600) -> dict[str, float]:
+        """Wait until each instance's lab host powered itself off; each is then stopped in moto (terminated when
+        its shutdown behaviour is terminate), as EC2 does. {lab host: when its systemd-nspawn exited}."""
+        assert self.lab is not None
+        before = {lab_name(i): self._power_offs(lab_name(i)) for i in instances}
+        off: dict[str, float] = {}
+        deadline = time.monotonic() + timeout
+        while len(off) < len(instances) and time.monotonic() < deadline:
+            for instance in instances:
+                name = lab_name(instance)
+                ends = self._power_offs(name)
+                if name not in off and len(ends) > len(before[name]):
+                    off[name] = ends[-1]
+                    self._hypervisor_off(instance["InstanceId"])
+            time.sleep(1)
+        return off
+
+    def _power_offs(self, name: str) -> list[float]:
+        assert self.lab is not None
+        try:
+            lines = self.lab.paths.bootlog(name).read_text().splitlines()
+        except OSError:
+            return []
+        return [float(line.split()[0]) for line in lines if line.endswith(" exited 0")]
+
+    def _hypervisor_off(self, instance_id: str) -> None:
+        ec2 = self.ec2()
+        behavior = ec2.describe_instance_attribute(InstanceId=instance_id,
+                                                   Attribute="instanceInitiatedShutdownBehavior")
+        if behavior.get("InstanceInitiatedShutdownBehavior", {}).get("Value") == "terminate":
+            ec2.terminate_instances(InstanceIds=[instance_id])
+        else:
+            ec2.stop_instances(InstanceIds=[instance_id])
+
+    def power_on(self, instances: Sequence[Mapping[str, Any]], timeout: float = 300) -> None:
+        """Boot the lab hosts of instances that EC2 runs again (after `make start`), their disks kept; the console
+        shows a boot without host keys."""
+        assert self.lab is not None
+        deadline = time.monotonic() + timeout
+        ids = [i["InstanceId"] for i in instances]
+        while time.monotonic() < deadline:
+            reply = self.ec2().describe_instances(InstanceIds=ids)
+            states = {i["InstanceId"]: i["State"]["Name"] for r in reply["Reservations"] for i in r["Instances"]}
+            if all(state == "running" for state in states.values()):
+                break
+            time.sleep(1)
+        else:
+            raise TwinError(f"instances {ids} were not running within {timeout:.0f} s (did `make start` run?)")
+        names = [lab_name(i) for i in instances]
+        for instance in instances:
+            (self.console_dir / instance["InstanceId"]).write_text(RESTARTED_CONSOLE)
+            # Lab has no public call to boot a powered-off host again: its own boot, with the same overlay.
+            self.lab._boot(self.lab.host(lab_name(instance)))
+        self.lab.wait_ready(names)
+
     def close(self) -> None:
         """Lab down, emulator stopped, the override and the twin's workspace state gone. Safe to call again."""
         errors = []
@@ -290,6 +386,41 @@ def render_override(url: str) -> str:
             "  skip_metadata_api_check     = true\n"
             f"  endpoints {{\n{endpoints}\n  }}\n"
             "}\n")
+
+
+def cloud_config(user_data: str) -> dict[str, Any]:
+    """The cloud-config of a user data: a plain ``#cloud-config`` document, or the text/cloud-config parts of a
+    MIME multipart one, their write_files and runcmd lists appended in order (the guard's part says
+    list(append))."""
+    import yaml
+
+    if user_data.startswith("#cloud-config"):
+        return yaml.safe_load(user_data) or {}
+    message = email.message_from_string(user_data)
+    merged: dict[str, Any] = {}
+    for part in message.walk() if message.is_multipart() else []:
+        if part.get_content_type() != "text/cloud-config":
+            continue
+        doc = yaml.safe_load(part.get_payload()) or {}
+        for key, value in doc.items():
+            merged[key] = [*merged.get(key, []), *value] if isinstance(value, list) else value
+    return merged
+
+
+def file_content(item: Mapping[str, Any]) -> str:
+    """A write_files entry's content (cloud-init's encodings: gz+b64, b64, or plain)."""
+    content = str(item.get("content", ""))
+    encoding = str(item.get("encoding", "")).lower()
+    if encoding in ("gz+b64", "gzip+base64", "gz+base64", "gzip+b64"):
+        return gzip.decompress(base64.b64decode(content)).decode("utf-8")
+    if encoding in ("b64", "base64"):
+        return base64.b64decode(content).decode("utf-8")
+    return content
+
+
+RESTARTED_CONSOLE = ("[    0.000000] Linux version 6.8.0-1021-aws (buildd@lcy02-amd64-040) #23~22.04.1-Ubuntu SMP\n"
+                     "[   12.903311] cloud-init[790]: Cloud-init v. 24.4 running 'modules:final' (not the first "
+                     "boot of this instance: no SSH host keys printed)\n")
 
 
 def cloud_init_console(public_key: str) -> str:

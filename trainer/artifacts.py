@@ -1,7 +1,7 @@
 """The model dir: config.json, the status file, the completion (fsync -> MANIFEST.sha256 -> DONE), per-task dirs.
 
-No TensorFlow here. Names come from :mod:`tfcluster.contract`, safe writes and the manifest from
-:mod:`tfcluster.files`. Layout of a model dir (docs/trainer.md)::
+No TensorFlow here. Names come from :mod:`tfcluster.core.contract`, safe writes and the manifest from
+:mod:`tfcluster.core.files`. Layout of a model dir (docs/trainer.md)::
 
     config.json  status.json  checkpoints/  backup/<task>/  logs/  export/  metrics.json  MANIFEST.sha256  DONE
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfcluster import contract, files
+from tfcluster.core import contract, files
 
 # What the manifest covers: the chief's deliverables. status.json and backup/ change after the fact; logs/ is
 # TensorBoard's, appended while training.

@@ -1,7 +1,7 @@
 """``python -m trainer``: validate everything, watch SIGTERM, select legacy Keras, import TensorFlow, check the GPUs,
 train.
 
-Exit codes (tfcluster.contract): 0 done, 1 training failure, 2 bad input (found before any server starts),
+Exit codes (tfcluster.core.contract): 0 done, 1 training failure, 2 bad input (found before any server starts),
 3 stopped after a backup (a spot notice or SIGTERM; re-run to resume).
 """
 
@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tfcluster import contract, files
+from tfcluster.core import contract, files
 from trainer import artifacts, devices, stop
 from trainer.config import ConfigError, Invocation, parse_invocation
 from trainer.timeline import Timeline
@@ -76,8 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _bad_input(str(exc))
     except OSError as exc:
         return _bad_input(f"--model-dir: cannot create it ({exc}). Fix: choose a writable directory")
-    _setup_logging(inv.config.log_level)
-    status = artifacts.StatusWriter(inv.config.status_path, inv.task, inv.config.status_interval)
+    _setup_logging(inv.config.reporting.log_level)
+    status = artifacts.StatusWriter(inv.config.status_path, inv.task, inv.config.reporting.status_interval)
     status.update(force=True, state="starting", strategy=inv.strategy, collective=inv.collective)
     request = stop.StopRequest()
     stop.watch_sigterm(request, lambda: _exit_now(status, request))  # before any other thread exists
@@ -90,11 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _load(inv: Invocation) -> Any:
     from trainer.source import load_source  # numpy: imported here, beside TensorFlow's import in the main thread
 
-    return load_source(inv.config)
+    return load_source(inv.config.data, inv.config.s3.endpoint_url,
+                       count_records=inv.config.optimisation.steps_per_epoch is None)
 
 
 def _load_in_background(inv: Invocation) -> Future[Any]:
-    """The training data, read in a thread of its own (decompression and hashing release the GIL)."""
+    """The training data, read in a thread of its own (decompression and hashing release the GIL; TFRecords are
+    counted there too, from their framing)."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="data")
     future = pool.submit(_load, inv)
     pool.shutdown(wait=False)
@@ -113,8 +115,8 @@ def _train(inv: Invocation, status: artifacts.StatusWriter, request: stop.StopRe
         status.update(force=True, state="failed", error=str(exc))
         return contract.EXIT_FAILURE
     timeline.mark("tensorflow")
-    problem = devices.gpu_problem(socket.gethostname(), inv.config.gpus, train.visible_gpus(), inv.require_gpu,
-                                  inv.collective)
+    problem = devices.gpu_problem(socket.gethostname(), inv.config.distribution.gpus, train.visible_gpus(),
+                                  inv.require_gpu, inv.collective)
     if problem is not None:
         return _bad_input(str(problem), status)
     try:

@@ -17,28 +17,47 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from trainer.source import IMAGE_SHAPE, NUM_CLASSES, Source
 
-__all__ = ["IMAGE_SHAPE", "NUM_CLASSES", "Source", "count_tfrecords", "make_dataset_fn", "test_dataset",
+__all__ = ["IMAGE_SHAPE", "NUM_CLASSES", "HeldIterators", "Source", "make_dataset_fn", "test_dataset",
            "write_tfrecords"]
 
 LOG = logging.getLogger("trainer.data")
 
 
-def count_tfrecords(files: tuple[str, ...]) -> int:
-    return sum(1 for f in files for _ in tf.data.TFRecordDataset(f))
+class HeldIterators(tf.distribute.DistributedDataset):
+    """A distributed (or per-worker) dataset that keeps every iterator it hands out (``iterators``).
 
+    Deleting a tf.data iterator joins its autotune thread (``RootDataset::Iterator`` -> the ``tf_data_model``
+    thread, in a timed wait in ``Model::OptimizeLoop`` until its next optimisation is due): at the end of ``fit``
+    that join took 0-86 s (measured; docs/trainer.md). The trainer holds this object until the process leaves with
+    ``os._exit`` (trainer.train.holding_data_handlers), so that destructor never runs."""
 
-def with_count(source: Source) -> Source:
-    """A TFRecord source with its number of training examples (needed when no --steps-per-epoch is given)."""
-    if source.files and source.num_train is None:
-        return replace(source, num_train=count_tfrecords(source.files))
-    return source
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self.iterators: list[tf.distribute.DistributedIterator] = []
+
+    def __iter__(self) -> tf.distribute.DistributedIterator:
+        iterator = iter(self.dataset)
+        self.iterators.append(iterator)
+        return iterator
+
+    @property
+    def element_spec(self) -> object:
+        return self.dataset.element_spec
+
+    def reduce(self, initial_state: object, reduce_func: Callable[..., object]) -> object:
+        return self.dataset.reduce(initial_state, reduce_func)
+
+    def __getattr__(self, name: str) -> object:
+        if name == "dataset":  # not set yet (copy, unpickling)
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
 
 
 _FEATURES = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tfcluster.contract import ENV_DATASETS
-from tfcluster.files import atomic_write_bytes, sha256_file
+from tfcluster.core.contract import ENV_DATASETS
+from tfcluster.core.files import atomic_write_bytes, sha256_file
 from trainer.npz import read_arrays
 
 LOG = logging.getLogger("trainer.datasets")

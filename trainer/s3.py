@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfcluster import contract, files
+from tfcluster.core import contract, files
 
 LOG = logging.getLogger("trainer.s3")
 

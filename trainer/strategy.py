@@ -1,4 +1,5 @@
-"""tf.distribute strategies from a validated Invocation, and the parameter-server side of a PS cluster."""
+"""tf.distribute strategies from plain values (:func:`make_strategy`), and the parameter-server side of a PS
+cluster (its ps/worker tasks' servers and their shutdown)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from tfcluster.contract import CHIEF, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED, PS, WORKER, TFConfig
+from tfcluster.core.contract import CHIEF, EXIT_FAILURE, EXIT_OK, EXIT_PREEMPTED, PS, STRATEGIES, WORKER, TFConfig
 from trainer.artifacts import StatusWriter
-from trainer.config import Invocation
+from trainer.config import TPU_LOCAL, Invocation
 from trainer.stop import PREEMPTED, TRAINING, StopRequest
 
 LOG = logging.getLogger("trainer.strategy")
@@ -26,45 +27,39 @@ class StrategyError(RuntimeError):
     """The strategy could not be set up (no TPU, ...). The message says what to do."""
 
 
-def make_strategy(inv: Invocation) -> tf.distribute.Strategy:
-    if inv.strategy == "mirrored":
+def make_strategy(name: str, collective: str | None = None, tpu: str = TPU_LOCAL) -> tf.distribute.Strategy:
+    """The tf.distribute strategy ``name`` (a resolved strategy, :data:`tfcluster.core.contract.STRATEGIES`).
+
+    ``collective``: the all-reduce of multi_worker_mirrored, ``nccl`` or ``ring`` (None: ring). ``tpu``: the TPU of
+    ``tpu``, ``local`` (this TPU VM). Multi-host strategies read the cluster from TF_CONFIG."""
+    if name == "mirrored":
         gpus = tf.config.list_physical_devices("GPU")
         if not gpus:
             LOG.warning("no GPU found: MirroredStrategy falls back to the CPU (one replica)")
             return tf.distribute.MirroredStrategy(["/cpu:0"])
         LOG.info("MirroredStrategy over %d GPU(s)", len(gpus))
         return tf.distribute.MirroredStrategy()
-    if inv.strategy == "multi_worker_mirrored":
+    if name == "multi_worker_mirrored":
         implementation = tf.distribute.experimental.CommunicationImplementation
         options = tf.distribute.experimental.CommunicationOptions(
-            implementation=implementation.NCCL if inv.collective == "nccl" else implementation.RING)
-        LOG.info("MultiWorkerMirroredStrategy, collective %s", inv.collective)
+            implementation=implementation.NCCL if collective == "nccl" else implementation.RING)
+        LOG.info("MultiWorkerMirroredStrategy, collective %s", collective or "ring")
         return tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=tf.distribute.cluster_resolver.TFConfigClusterResolver(),
             communication_options=options)
-    if inv.strategy == "parameter_server":
+    if name == "parameter_server":
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         num_ps = len(resolver.cluster_spec().as_dict().get(PS, ()))
         partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
             min_shard_bytes=256 << 10, max_shards=num_ps)
         return tf.distribute.experimental.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
-    if inv.strategy == "tpu":
-        return _tpu_strategy(inv.config.tpu or "")
-    raise StrategyError(f"unknown strategy {inv.strategy!r}")
+    if name == "tpu":
+        return _tpu_strategy(tpu)
+    raise StrategyError(f"unknown strategy {name!r}. Fix: use one of {', '.join(STRATEGIES)}")
 
 
-def _tpu_strategy(tpu: str, connect_timeout: float = 10.0) -> tf.distribute.Strategy:
-    fix = ("Fix: run on a Cloud TPU VM or pass --tpu with a reachable TPU name/grpc:// address; use --strategy "
-           "mirrored or multi_worker_mirrored elsewhere")
-    if tpu.startswith("grpc://"):
-        # TensorFlow retries an unreachable TPU worker forever: check the address first.
-        address = tpu[len("grpc://"):].split("/", 1)[0]
-        deadline = time.monotonic() + connect_timeout
-        while not _reachable(address):
-            if time.monotonic() > deadline:
-                raise StrategyError(f"no TPU answers at {tpu} (nothing listening after {connect_timeout:.0f} s). "
-                                    + fix)
-            time.sleep(1)
+def _tpu_strategy(tpu: str) -> tf.distribute.Strategy:
+    """TPUStrategy on this TPU VM's chips (trainer/config.py has checked the host before TensorFlow started)."""
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
         tf.config.experimental_connect_to_cluster(resolver)
@@ -72,7 +67,9 @@ def _tpu_strategy(tpu: str, connect_timeout: float = 10.0) -> tf.distribute.Stra
         return tf.distribute.TPUStrategy(resolver)
     except (ValueError, RuntimeError, OSError, tf.errors.OpError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StrategyError(f"no usable TPU {tpu!r}: {first[:300]}. " + fix) from exc
+        raise StrategyError(f"no usable TPU {tpu!r}: {first[:300]}. Fix: run on a single Cloud TPU VM with "
+                            "TensorFlow <= 2.20 and its TPU runtime (tensorflow-tpu, libtpu), or use --strategy "
+                            "mirrored or multi_worker_mirrored") from exc
 
 
 # --- parameter-server cluster: ps and worker tasks ------------------------------------------------------------------
@@ -138,7 +135,7 @@ def serve(inv: Invocation, status: StatusWriter, stop: StopRequest, poll: float 
             return code
         if _reachable(chief_address):
             seen, last_seen = True, now
-        elif now - last_seen > inv.config.server_timeout:
+        elif now - last_seen > inv.config.distribution.server_timeout:
             what = "unreachable" if seen else "never reachable"
             LOG.error("chief %s %s for %.0f s (since %.0f s after start): %s gives up", chief_address, what,
                       now - last_seen, last_seen - started, inv.task)

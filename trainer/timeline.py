@@ -44,6 +44,13 @@ class Plan:
     initial_epoch: int = 0
 
 
+def plan_for(epochs: int, steps_per_epoch: int | None, batch_size_per_replica: int, replicas: int,
+             num_train: int | None) -> Plan:
+    """The run's shape: ``steps_per_epoch``, else the training examples // the global batch (at least 1 step)."""
+    global_batch = batch_size_per_replica * replicas
+    return Plan(epochs, steps_per_epoch or max(1, (num_train or 0) // global_batch), global_batch)
+
+
 def eta_seconds(plan: Plan, epoch: int, step: int, steps_per_sec: float) -> float | None:
     """Seconds to the end of training from ``step`` steps into 0-based ``epoch`` at ``steps_per_sec``."""
     if steps_per_sec <= 0:

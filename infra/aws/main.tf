@@ -41,18 +41,23 @@ module "cluster" {
   placement_group        = var.placement_group
   root_volume_size       = var.root_volume_size
   root_volume_kms_key_id = var.root_volume_kms_key_id
+  root_volume_throughput = var.root_volume_throughput
+  root_volume_iops       = var.root_volume_iops
   metadata_hop_limit     = var.metadata_hop_limit
   monitoring             = var.monitoring
+  capacity               = var.capacity
 
   subnet_id                = var.subnet_id
   vpc_cidr                 = var.vpc_cidr
   availability_zone        = var.availability_zone
   flow_log_destination_arn = var.flow_log_destination_arn
 
-  autostop_down = var.autostop_down
-  expires_at    = var.expires_at
+  autostop_idle_minutes = var.autostop_idle_minutes
+  autostop_down         = var.autostop_down
+  expires_at            = var.expires_at
 
   checkpoint_s3           = var.checkpoint_s3
+  data_s3                 = var.data_s3
   create_instance_profile = var.create_instance_profile
   iam_instance_profile    = var.iam_instance_profile
 }

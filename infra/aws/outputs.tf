@@ -1,5 +1,6 @@
 # What the inventory (hosts, connect, bastion, ssh_user, tf_port, cluster_name) and the CLI (region, checkpoint_s3,
-# autostop_down, expires_at) read. Same names and shapes in infra/local.
+# autostop_down, expires_at; offering_zones for zone failover; ami_in_use, ami_latest for `make plan`'s image line)
+# read. Same names and shapes in infra/local and infra/examples/efa.
 
 output "hosts" {
   description = "Hosts sorted by slot (the inventory's terraform source reads this)."
@@ -59,4 +60,29 @@ output "autostop_down" {
 output "expires_at" {
   description = "The tfcluster:expires tag value, or null."
   value       = module.cluster.expires_at
+}
+
+output "offering_zones" {
+  description = "Zones of the region that offer the instance type, sorted (zone failover: the next one to try)."
+  value       = module.cluster.offering_zones
+}
+
+output "ami_in_use" {
+  description = "AMIs the hosts run, sorted, without repeats."
+  value       = module.cluster.ami_in_use
+}
+
+output "ami_latest" {
+  description = "The newest image the lookup finds now { id, name, creation_date }, or null when ami_id pins it."
+  value       = module.cluster.ami_latest
+}
+
+output "instance_store" {
+  description = "The instance type's NVMe instance store { supported, total_gb, disks, mount }."
+  value       = module.cluster.instance_store
+}
+
+output "autostop" {
+  description = "The boot guard in the hosts' user data { guard, settings }."
+  value       = module.cluster.autostop
 }

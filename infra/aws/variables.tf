@@ -54,7 +54,7 @@ variable "gpus_per_instance" {
 
 # --- image, login ------------------------------------------------------------------------------------------------
 variable "ami_id" {
-  description = "AMI id (pin in production). null: the newest AWS Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) for the type's architecture."
+  description = "AMI id for new hosts. null: the newest AWS Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) for the type's architecture. Decided at the first apply and kept: a change reaches the hosts only with AMI=refresh (-replace=module.cluster.terraform_data.ami), which replaces them all."
   type        = string
   default     = null
 }
@@ -90,7 +90,7 @@ variable "public_key" {
 }
 
 variable "user_data" {
-  description = "Cloud-init user data for every host."
+  description = "Your cloud-init user data for every host (#cloud-config, #! or #include), sent beside the module's boot guard. Runs once, at the first boot."
   type        = string
   default     = null
 }
@@ -176,6 +176,28 @@ variable "root_volume_kms_key_id" {
   default     = null
 }
 
+variable "root_volume_throughput" {
+  description = "gp3 root volume throughput in MiB/s (125-1000, at most 0.25 per IOPS). null: 125."
+  type        = number
+  default     = null
+}
+
+variable "root_volume_iops" {
+  description = "gp3 root volume IOPS (3000-16000). null: 3000."
+  type        = number
+  default     = null
+}
+
+variable "capacity" {
+  description = "Capacity: { preference = \"open\" | \"none\", reservation_id = \"cr-...\", capacity_block = true }. null: open (a matching open Capacity Reservation is used automatically). A reservation id, none or a Capacity Block needs a newer provider: launch from infra/examples/efa."
+  type = object({
+    preference     = optional(string, "open")
+    reservation_id = optional(string)
+    capacity_block = optional(bool, false)
+  })
+  default = null
+}
+
 variable "metadata_hop_limit" {
   description = "IMDSv2 hop limit. null: 1."
   type        = number
@@ -214,6 +236,12 @@ variable "flow_log_destination_arn" {
 }
 
 # --- cost guard ----------------------------------------------------------------------------------------------------
+variable "autostop_idle_minutes" {
+  description = "Boot guard: a host with no tfcluster job unit active for this many minutes since boot powers off (0: never for idleness). null: 30. The CLI sets it from IDLE."
+  type        = number
+  default     = null
+}
+
 variable "autostop_down" {
   description = "A host that powers itself off is stopped (\"stop\", the default) or terminated (\"terminate\"; required with spot)."
   type        = string
@@ -221,17 +249,28 @@ variable "autostop_down" {
 }
 
 variable "expires_at" {
-  description = "RFC 3339 UTC expiry written as the tfcluster:expires tag (the CLI sets it from TTL, default 24 h). null: no tag."
+  description = "RFC 3339 UTC expiry: the tfcluster:expires tag, and the boot guard powers the hosts off after it (the CLI sets it from TTL, default 24 h). null: no tag, no expiry."
   type        = string
   default     = null
 }
 
 # --- IAM -----------------------------------------------------------------------------------------------------------
 variable "checkpoint_s3" {
-  description = "Checkpoint location the hosts may use: { bucket = \"...\", prefix = \"...\" }."
+  description = "Checkpoint location the hosts may use: { bucket = \"...\", prefix = \"...\", kms_key_arn = \"arn:aws:kms:...\" (SSE-KMS buckets) }."
   type = object({
-    bucket = string
-    prefix = string
+    bucket      = string
+    prefix      = string
+    kms_key_arn = optional(string)
+  })
+  default = null
+}
+
+variable "data_s3" {
+  description = "Dataset location the hosts may read: { bucket = \"...\", prefix = \"...\" (\"\": the bucket), kms_key_arn = \"arn:aws:kms:...\" }. null: none."
+  type = object({
+    bucket      = string
+    prefix      = optional(string, "")
+    kms_key_arn = optional(string)
   })
   default = null
 }

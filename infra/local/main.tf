@@ -1,6 +1,6 @@
 # The same module as infra/aws, applied against the emulated AWS endpoint on loopback (moto_server, started by
-# tfcluster/localaws.py). These instances exist only in the emulator: nothing is created in a real AWS account.
-# Credentials come from the environment (tfcluster/provision.py sets dummy AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).
+# tfcluster/provision/localaws.py). These instances exist only in the emulator: nothing is created in a real AWS account.
+# Credentials come from the environment (tfcluster/provision/local.py sets dummy AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY).
 
 provider "aws" {
   region                      = local.region

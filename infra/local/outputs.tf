@@ -76,3 +76,28 @@ output "emulated_hosts" {
   description = "The hosts as the emulator reports them (emulated private IPs), for checks against the endpoint."
   value       = module.cluster.hosts
 }
+
+output "offering_zones" {
+  description = "Zones of the emulated region that offer the instance type, sorted."
+  value       = module.cluster.offering_zones
+}
+
+output "ami_in_use" {
+  description = "AMIs the emulated instances run (the fixed image moto ships)."
+  value       = module.cluster.ami_in_use
+}
+
+output "ami_latest" {
+  description = "Always null here (the AMI is pinned: no lookup in the emulator)."
+  value       = module.cluster.ami_latest
+}
+
+output "instance_store" {
+  description = "The emulated instance type's NVMe instance store (moto's instance type data)."
+  value       = module.cluster.instance_store
+}
+
+output "autostop" {
+  description = "The boot guard in the emulated instances' user data (it never runs: local slots are processes here)."
+  value       = module.cluster.autostop
+}

@@ -1,11 +1,11 @@
 variable "endpoint" {
-  description = "URL of the emulated AWS endpoint (tfcluster/localaws.py prints it)."
+  description = "URL of the emulated AWS endpoint (tfcluster/provision/localaws.py prints it)."
   type        = string
   default     = "http://127.0.0.1:4566"
 
   validation {
     condition     = can(regex("^http://(127\\.[0-9]+\\.[0-9]+\\.[0-9]+|localhost):[0-9]+$", var.endpoint))
-    error_message = "endpoint must be a loopback URL: infra/local never talks to real AWS. Fix: use the URL tfcluster/localaws.py prints, e.g. \"http://127.0.0.1:4566\"."
+    error_message = "endpoint must be a loopback URL: infra/local never talks to real AWS. Fix: use the URL tfcluster/provision/localaws.py prints, e.g. \"http://127.0.0.1:4566\"."
   }
 }
 

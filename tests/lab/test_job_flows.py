@@ -63,13 +63,15 @@ def test_a_cpu_job_trains_in_the_hardened_unit(flow_lab: Flows) -> None:
 
 @pytest.mark.timeout(900)
 def test_a_unit_rendered_for_gpus_is_hardened_too(flow_lab: Flows) -> None:
-    """Rendered only (tag tf_job_configure): DevicePolicy=closed + DeviceAllow for the NVIDIA nodes."""
+    """Rendered only (tag tf_job_configure): DevicePolicy=closed + the NVIDIA device classes, /proc/driver visible
+    (ProcSubset=all: drivers >= 570 read it when CUDA starts), no PrivateDevices (docs/jobs.md, What CUDA needs)."""
     job = flow_lab.job("job-gpu-unit")
     run = flow_lab.run("train.yml", flow_lab.hosts_file(job, MWMS_SLOTS[:1]), job,
                        {"tf_job_gpus": 2, "tf_job_backend": "systemd"}, args=["--tags", "tf_job_configure"])
     assert run.returncode == 0, run.describe()
     unit = flow_lab.lab.ssh("f-chief", f"cat /etc/systemd/system/{flow_lab.unit(job)}").stdout
-    assert "DevicePolicy=closed" in unit and "DeviceAllow=/dev/nvidia1 rw" in unit and "PrivateDevices" not in unit
+    assert "DevicePolicy=closed" in unit and "DeviceAllow=char-nvidia-uvm rw" in unit and "PrivateDevices" not in unit
+    assert "ProcSubset=all" in unit and "ProcSubset=pid" not in unit
     flow_lab.lab.ssh("f-chief", "systemctl daemon-reload")
     assert exposure(flow_lab, "f-chief", flow_lab.unit(job)) <= 2.0
 

@@ -28,7 +28,7 @@ def test_unit_tests_are_laid_out_like_the_package() -> None:
 
 
 def test_no_test_file_repeats_its_folder_in_its_name() -> None:
-    """tests/unit/inventory/test_inventory_build.py says inventory twice: the folder says it once."""
+    """A file named test_inventory_build.py in tests/unit/inventory/ says inventory twice: the folder says it once."""
     repeated = [str(p.relative_to(REPO)) for p in TESTS.rglob("test_*.py")
                 if p.parent.name not in ("unit", "integration", "lab", "tests")
                 and p.stem.startswith(f"test_{p.parent.name}_")]

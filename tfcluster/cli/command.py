@@ -23,7 +23,7 @@ class CommandError(RuntimeError):
     """A step failed; the message says what and how to go on."""
 
 # The gang-start play of playbooks/train.yml: a train whose playbook ended before it started nothing
-# (tests/unit/test_cli.py checks the name against train.yml).
+# (tests/unit/cli/test_commands.py checks the name against train.yml).
 START_STAGE = "Start every task at once"
 
 LEDGER_EVENTS = ("stage_start", "stage_end", "decision", "collected")
@@ -63,6 +63,10 @@ def playbook_vars(settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
         trusted["tfcluster_epochs"] = settings.epochs
     if settings.max_duration is not None:
         trusted["tfcluster_max_duration"] = settings.max_duration
+    if settings.stall is not None:
+        trusted["tfcluster_stall"] = settings.stall
+    if settings.unreachable_grace is not None:
+        trusted["tfcluster_unreachable_grace"] = settings.unreachable_grace
     if settings.datasets:
         trusted["tfcluster_datasets"] = list(settings.datasets)
     if settings.prepare_force:

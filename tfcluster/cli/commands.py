@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from tfcluster.cli.command import (
@@ -21,9 +22,11 @@ from tfcluster.cli.settings import Settings
 from tfcluster.collect import ledger
 from tfcluster.collect.ledger import collected_dir, dir_size, old_copies
 from tfcluster.core import contract, paths
+from tfcluster.core.duration import format_duration
 from tfcluster.core.text import printable
 from tfcluster.run import ansible as runner
 from tfcluster.run import follow
+from tfcluster.run.wait import UNREACHABLE
 
 
 # --- commands -------------------------------------------------------------------------------------------------------
@@ -38,20 +41,84 @@ def gang_start_ran(events: list[dict[str, object]]) -> bool:
     return not ends or any(e.get("tasks", 1) != 0 for e in ends)
 
 
+def expiry_warning(max_duration: int | None, expires: datetime | None, now: datetime) -> str | None:
+    """A job deadline (MAX_DURATION) that ends after the cluster's expiry (TTL): the hosts power off first (the job
+    saves a backup and stops with them). The warning names the fix; None when the deadline ends in time."""
+    if max_duration is None or expires is None or now + timedelta(seconds=max_duration) <= expires:
+        return None
+    left = max(0.0, (expires - now).total_seconds())
+    ttl = format_duration(max(3600, -(-(max_duration + 1800) // 3600) * 3600))  # the deadline + 30 min, whole hours
+    return (f"warning: MAX_DURATION={format_duration(max_duration)} outlives the cluster's expiry "
+            f"{expires.strftime('%Y-%m-%dT%H:%M:%SZ')} (in {format_duration(left)}): the hosts power off then, the job "
+            f"saving a backup (`make start` and `make train` resume it). Fix: `make provision TTL={ttl}` first (a new "
+            "expiry from now), or a shorter MAX_DURATION")
+
+
+def _by_transport(cmd: Command, action: str) -> int | None:
+    """A scheduler kind's command (its transport: tfcluster/cli/scheduled.py), or None: the kind runs playbooks."""
+    transport = cmd.s.kind.transport(cmd.s.target)
+    if transport is None:
+        return None
+    from tfcluster.cli import scheduled
+
+    code = getattr(scheduled, action)(cmd, transport)
+    if action in ("train", "wait") and code == EXIT_OK:
+        for text in job_summary(cmd.job_dir):
+            cmd.say(printable(text))
+    return code
+
 def cmd_train(cmd: Command) -> int:
+    if (code := _by_transport(cmd, "train")) is not None:
+        return code
+    if cmd.s.max_duration is not None:
+        warning = expiry_warning(cmd.s.max_duration, cmd.s.kind.expires_at(cmd.s.target), datetime.now(timezone.utc))
+        if warning:
+            cmd.say(warning)
     with cluster_lock(cmd.s, "train"), job_lock(cmd.s):
         run = ledger.start_run(cmd.job_dir, cmd.s.cluster_name)  # before anything starts: an interrupt leaves it
         code = cmd.playbook("train.yml", "train")
         began = gang_start_ran(cmd.events)
-        ledger.end_run(cmd.job_dir, run, ledger.last_decision(cmd.events),
-                       ledger.collected_version(cmd.job_dir, cmd.events), began=began)
+        ledger.end_run(cmd.job_dir, run, _outcome(cmd.events), ledger.collected_version(cmd.job_dir, cmd.events),
+                       began=began)
     if code != 0:
+        for text in still_running(cmd.s):  # a failed run costs as much per hour as a finished one
+            cmd.say(printable(text))
         return EXIT_FAILED
     for text in [*job_summary(cmd.job_dir), *still_running(cmd.s)]:
         cmd.say(printable(text))  # metrics.json values, EC2 tags, an exception's text
     return EXIT_OK
 
+def _outcome(events: list[dict[str, object]]) -> str | None:
+    """The wait's decision as the ledger records it: ``unreachable`` (no host answered beyond the grace, nothing
+    was stopped) leaves the run ``started``, like an interrupt (Ctrl-C, a closed terminal: main() says how to
+    re-attach): the job may still run on its hosts."""
+    decision = ledger.last_decision(events)
+    return None if decision == UNREACHABLE else decision
+
+def cmd_wait(cmd: Command) -> int:
+    """make wait: re-attach to JOB where it runs (after an interrupted `make train`, a closed terminal, a laptop that
+    slept, or from another machine), wait for it with progress, then collect. Starts nothing (playbooks/wait.yml);
+    it ends the ledger's open run of the job, or records one."""
+    if (code := _by_transport(cmd, "wait")) is not None:
+        return code
+    with cluster_lock(cmd.s, "wait"), job_lock(cmd.s):
+        record = ledger.read_ledger(cmd.job_dir)
+        run = record.get("run")
+        if record.get("state") not in ledger.BLOCKING or not isinstance(run, str):
+            run = ledger.start_run(cmd.job_dir, cmd.s.cluster_name)
+        code = cmd.playbook("wait.yml", "wait")
+        ledger.end_run(cmd.job_dir, run, _outcome(cmd.events), ledger.collected_version(cmd.job_dir, cmd.events))
+    if code != 0:
+        for text in still_running(cmd.s):
+            cmd.say(printable(text))
+        return EXIT_FAILED
+    for text in [*job_summary(cmd.job_dir), *still_running(cmd.s)]:
+        cmd.say(printable(text))
+    return EXIT_OK
+
 def cmd_collect(cmd: Command) -> int:
+    if (code := _by_transport(cmd, "collect")) is not None:
+        return code
     with cluster_lock(cmd.s, "collect"), job_lock(cmd.s):
         code = cmd.playbook("collect.yml", "collect")
         ledger.record_collect(cmd.job_dir, cmd.s.cluster_name, ledger.collected_version(cmd.job_dir, cmd.events))
@@ -59,6 +126,8 @@ def cmd_collect(cmd: Command) -> int:
 
 def cmd_stop(cmd: Command) -> int:
     """Not under the job lock: it is what stops a running train."""
+    if (code := _by_transport(cmd, "stop")) is not None:
+        return code
     with cluster_lock(cmd.s, "stop"):
         code = cmd.playbook("stop.yml", "stop")
         if code == 0:
@@ -66,6 +135,8 @@ def cmd_stop(cmd: Command) -> int:
     return EXIT_OK if code == 0 else EXIT_FAILED
 
 def cmd_status(cmd: Command) -> int:
+    if (code := _by_transport(cmd, "status")) is not None:
+        return code
     cmd.view.show_progress = False
     autostop_file = paths.log_file(cmd.job_dir, "autostop").with_suffix(".json")
     code = cmd.playbook("status.yml", "status", more_vars={"tfcluster_autostop_file": str(autostop_file)})
@@ -75,6 +146,8 @@ def cmd_status(cmd: Command) -> int:
     return EXIT_OK if code == 0 else EXIT_FAILED
 
 def cmd_logs(cmd: Command) -> int:
+    if (code := _by_transport(cmd, "logs")) is not None:
+        return code
     targets_file = paths.log_file(cmd.job_dir, "targets").with_suffix(".json")
     if cmd.playbook("logs.yml", "logs", more_vars={"tfcluster_targets_file": str(targets_file)}) != 0:
         return EXIT_FAILED
@@ -130,9 +203,30 @@ def _state_slots(settings: Settings) -> dict[str, str]:
     return state
 
 def cmd_provision(cmd: Command) -> int:
-    """An apply may replace instances: not while a train, collect or stop of the cluster runs."""
+    """An apply may replace instances: not while a train, collect or stop of the cluster runs. AMI=refresh replaces
+    every host: not while a job's result may be only on them (tfcluster.collect.ledger) unless FORCE=1."""
     with cluster_lock(cmd.s, "provision", exclusive=True):
+        if cmd.s.ami is not None:
+            refuse_while_uncollected(cmd, "AMI=refresh replaces every host and its disk, which would lose it",
+                                     "`make provision AMI=refresh FORCE=1` to replace them anyway")
         return EXIT_OK if cmd.provision("apply") == 0 else EXIT_FAILED
+
+def refuse_while_uncollected(cmd: Command, what: str, force: str) -> None:
+    """CommandError while a job of the cluster is running or finished and never collected, unless FORCE=1."""
+    left = ledger.blocking_jobs(cmd.s.cluster, cmd.s.cluster_name)
+    if left and os.environ.get("FORCE", "") != "1":
+        jobs = "; ".join(f"{job} ({why})" for job, why in left.items())
+        raise CommandError(f"job(s) of {cmd.s.cluster_name} whose result was never collected: {jobs}. {what}. Fix: "
+                           f"`make collect JOB={next(iter(left))}` (each job), `make stop JOB=<job>` for a started job "
+                           f"you do not want, or {force}")
+
+def cmd_start(cmd: Command) -> int:
+    """make start: start a stopped cluster (autostop's default stops an idle host), wait until it runs, refresh its
+    addresses through Terraform; the host keys already trusted are kept. Then `make train` resumes a job."""
+    with cluster_lock(cmd.s, "start", exclusive=True):
+        for text in cmd.s.kind.start(cmd.s.target, os.environ):
+            cmd.say(printable(text))  # instance ids and addresses from EC2
+    return EXIT_OK
 
 def cmd_plan(cmd: Command) -> int:
     """The kind's plan (Terraform's, where it provisions), then every planned host's TF_CONFIG from the inventory's

@@ -15,7 +15,14 @@ from pathlib import Path
 from tfcluster import kinds
 from tfcluster.core import contract
 from tfcluster.core.contract import Problem
-from tfcluster.core.duration import DurationError, SettingError, autostop_vars, parse_duration
+from tfcluster.core.duration import (
+    STALL,
+    UNREACHABLE_GRACE,
+    DurationError,
+    SettingError,
+    autostop_vars,
+    parse_duration,
+)
 from tfcluster.core.paths import REPO_ROOT
 from tfcluster.prepare import lock
 
@@ -39,6 +46,7 @@ class Settings:
     workers: int = 2
     strategy: str = "auto"
     hosts_file: Path | None = None
+    cluster_file: Path | None = None  # the kind's cluster file (SLURM=slurm.yml for CLUSTER=slurm)
     script: Path | None = None
     script_args: tuple[str, ...] = ()
     script_requirements: Path | None = None
@@ -46,9 +54,13 @@ class Settings:
     trainer_args: tuple[str, ...] = ()
     epochs: int | None = None
     max_duration: int | None = None  # seconds
+    stall: int | None = None  # STALL: seconds without progress, 0 off; None: the role's (10 min; off for a SCRIPT)
+    unreachable_grace: int | None = None  # UNREACHABLE_GRACE: seconds; None: the role's (30 min)
     autostop: dict[str, object] = field(default_factory=dict)  # make autostop IDLE=... MODE=...: the role's vars
     ttl: int | None = None  # TTL: seconds of the cluster's lifetime (None: off, or the default of the provision)
     down: str | None = None  # DOWN=1: an idle AWS host terminates ("terminate"); DOWN=0: it stops ("stop")
+    ami: str | None = None  # AMI=refresh: the next apply replaces every host with the newest image
+    all_or_nothing: bool = False  # ALL_OR_NOTHING=1: an apply that launched only some slots tears them down
     verbose: bool = False
     auto_approve: bool = False
     host: str | None = None  # make logs HOST=...
@@ -70,7 +82,7 @@ class Settings:
         """The cluster, in the plain values its kind needs."""
         return kinds.Target(kind=self.cluster, name=self.cluster_name, strategy=self.strategy, workers=self.workers,
                             tf_dir=self.tf_dir, hosts_file=self.hosts_file, wheelhouse=self.wheelhouse,
-                            auto_approve=self.auto_approve)
+                            auto_approve=self.auto_approve, cluster_file=self.cluster_file, job=self.job)
 
     @property
     def artifacts(self) -> Path:
@@ -140,6 +152,32 @@ def _duration(env: Mapping[str, str], key: str, problems: list[Problem]) -> int 
         return None
 
 
+def _stall(env: Mapping[str, str], problems: list[Problem]) -> int | None:
+    """STALL=20m | off: seconds without progress that stop the job (0: off); None when not given."""
+    raw = env.get("STALL", "").strip()
+    if not raw:
+        return None
+    try:
+        seconds = parse_duration(raw, STALL)
+    except DurationError as exc:
+        problems.append(exc.problem)
+        return None
+    return 0 if seconds is None else seconds
+
+
+def _unreachable_grace(env: Mapping[str, str], problems: list[Problem]) -> int | None:
+    """UNREACHABLE_GRACE=1h: how long a host may stay unreachable from here before the job fails; None when not
+    given."""
+    raw = env.get("UNREACHABLE_GRACE", "").strip()
+    if not raw:
+        return None
+    try:
+        return parse_duration(raw, UNREACHABLE_GRACE)
+    except DurationError as exc:
+        problems.append(exc.problem)
+        return None
+
+
 def _autostop(env: Mapping[str, str], problems: list[Problem]) -> dict[str, object]:
     """make autostop IDLE=... MODE=...: the role's vars (nothing without IDLE)."""
     if not env.get("IDLE", "").strip():
@@ -164,6 +202,39 @@ def _down(env: Mapping[str, str], cluster: str, problems: list[Problem]) -> str 
         problems.append(Problem("DOWN", f"only CLUSTER={clouds} hosts can be stopped or terminated, not {cluster}",
                                 f"use DOWN with CLUSTER={clouds}, or leave it out"))
     return down
+
+
+def _instances_only(key: str, cluster: str, problems: list[Problem]) -> None:
+    if not kinds.KINDS[cluster].has_instances:
+        clouds = ", ".join(name for name, kind in kinds.KINDS.items() if kind.has_instances)
+        problems.append(Problem(key, f"applies to cloud instances (CLUSTER={clouds}), not CLUSTER={cluster}",
+                                f"use {key} with CLUSTER={clouds}, or leave it out"))
+
+
+def _ami(env: Mapping[str, str], cluster: str, problems: list[Problem]) -> str | None:
+    """AMI=refresh: `make provision` replaces every host with the newest image (the kept AMI is decided again)."""
+    raw = env.get("AMI", "").strip()
+    if not raw:
+        return None
+    if raw != "refresh":
+        problems.append(Problem("AMI", f"{raw!r} is not refresh",
+                                "AMI=refresh replaces every host with the newest image (collect first: their disks "
+                                "are lost); pin an image with ami_id in terraform.tfvars"))
+        return None
+    _instances_only("AMI", cluster, problems)
+    return raw
+
+
+def _all_or_nothing(env: Mapping[str, str], cluster: str, problems: list[Problem]) -> bool:
+    """ALL_OR_NOTHING=1: an apply that could not launch every slot tears down what it launched."""
+    raw = env.get("ALL_OR_NOTHING", "").strip()
+    if raw not in ("", "0", "1"):
+        problems.append(Problem("ALL_OR_NOTHING", f"{raw!r} is neither 1 nor 0",
+                                "ALL_OR_NOTHING=1 tears down what launched when not every slot could be launched"))
+        return False
+    if raw == "1":
+        _instances_only("ALL_OR_NOTHING", cluster, problems)
+    return raw == "1"
 
 
 def _datasets(env: Mapping[str, str], problems: list[Problem]) -> tuple[str, ...]:
@@ -191,6 +262,18 @@ def _script_requirements(env: Mapping[str, str], problems: list[Problem]) -> Pat
     return path
 
 
+def _cluster_file(env: Mapping[str, str], cluster: str, problems: list[Problem]) -> Path | None:
+    """The kind's cluster file (its ``cluster_file_setting``, e.g. SLURM=slurm.yml): required by that kind only."""
+    key = kinds.KINDS[cluster].cluster_file_setting
+    if key is None:
+        return None
+    if not env.get(key, "").strip():
+        problems.append(Problem(key, f"is not set, and CLUSTER={cluster} reads its cluster file from it",
+                                f"name it: {key}=slurm.yml (see examples/slurm.example.yml)"))
+        return None
+    return _path(env, key, problems, must_exist=True)
+
+
 def _host(env: Mapping[str, str], problems: list[Problem]) -> str | None:
     host = env.get("HOST", "").strip() or None
     if host is not None and (problem := contract.name_problem("host", host, "HOST")):
@@ -212,6 +295,7 @@ def load(env: Mapping[str, str]) -> Settings:
         workers=_int(env, "WORKERS", 1, problems) or 2,
         strategy=_choice(env, "STRATEGY", contract.STRATEGY_CHOICES, "auto", problems),
         hosts_file=_path(env, "HOSTS", problems, must_exist=True) if kinds.KINDS[cluster].needs_host_file else None,
+        cluster_file=_cluster_file(env, cluster, problems),
         script=_script(env, problems),
         script_args=_words(env, "SCRIPT_ARGS", problems),
         script_requirements=_script_requirements(env, problems),
@@ -219,9 +303,13 @@ def load(env: Mapping[str, str]) -> Settings:
         trainer_args=_words(env, "TRAINER_ARGS", problems),
         epochs=_int(env, "EPOCHS", 1, problems),
         max_duration=_duration(env, "MAX_DURATION", problems),
+        stall=_stall(env, problems),
+        unreachable_grace=_unreachable_grace(env, problems),
         autostop=_autostop(env, problems),
         ttl=_duration(env, "TTL", problems),
         down=_down(env, cluster, problems),
+        ami=_ami(env, cluster, problems),
+        all_or_nothing=_all_or_nothing(env, cluster, problems),
         verbose=_flag(env, "VERBOSE"),
         auto_approve=_flag(env, "AUTO_APPROVE"),
         host=_host(env, problems),
@@ -232,6 +320,8 @@ def load(env: Mapping[str, str]) -> Settings:
         cluster_name=_name(env, "TFCLUSTER_CLUSTER", "cluster", f"tfcluster-{cluster}", problems),
         tf_dir=_path(env, "TFCLUSTER_TF_DIR", problems, must_exist=False),
     )
+    if settings.cluster_file is not None and settings.cluster_file.is_file():
+        problems += settings.kind.setting_problems(settings.target)  # the cluster file's fields, checked where read
     if problems:
         raise SettingsError(problems)
     return settings

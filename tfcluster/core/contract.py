@@ -2,7 +2,7 @@
 
 Imported by the trainer, the inventory, the control machine and the host code (shipped in the trainer release and
 as the Ansible collection's module_utils). Where another language must hold a copy (the Terraform module's tag
-keys and port), ``tests/unit/test_contract.py`` reads that copy and proves it equal; YAML and Jinja read these
+keys and port), ``tests/unit/core/test_contract.py`` reads that copy and proves it equal; YAML and Jinja read these
 names through the ``tfcluster.cluster.contract`` lookup and hold no copy.
 
 TF_CONFIG shape (TensorFlow's)::
@@ -97,6 +97,12 @@ ENV_GPUS = "TFCLUSTER_GPUS"  # GPUs the inventory declares for this host (the tr
 ENV_COLLECTIVE = "TFCLUSTER_COLLECTIVE"  # nccl | ring: the all-reduce of a MultiWorkerMirrored job
 ENV_CHECKPOINT_S3 = "TFCLUSTER_CHECKPOINT_S3"  # s3://BUCKET/PREFIX of this job: backups and the model dir go there
 ENV_S3_ENDPOINT_URL = "TFCLUSTER_S3_ENDPOINT_URL"  # an S3-compatible endpoint instead of AWS (tests: moto)
+# A job's own writable home on a host (<prefix>/var/lib/tfcluster/jobs/<job>/home, the job user's; docs/jobs.md): the
+# variables that point programs and their caches into it, each a path relative to it ('' = the home itself). The
+# tf_job role writes them into the env file; tfcluster/host/jobhome.py creates the directories and the Keras cache.
+JOB_HOME_ENV: dict[str, str] = {"HOME": "", "XDG_CACHE_HOME": ".cache", "KERAS_HOME": ".keras",
+                                "TFDS_DATA_DIR": "tensorflow_datasets", "HF_HOME": ".cache/huggingface",
+                                "MPLCONFIGDIR": ".config/matplotlib", "CUDA_CACHE_PATH": ".cache/nv/ComputeCache"}
 # status.json: what every task writes (the built-in trainer; a user's script may write the same keys) and the
 # progress view reads. `state` is free text of the program (starting, training, exporting, done, ...).
 STATUS_FIELDS: tuple[str, ...] = ("state", "task", "epoch", "epochs", "step", "steps_per_epoch",
@@ -127,7 +133,7 @@ def is_digits(text: object) -> bool:
 # (artifacts/<cluster>/logs/: provision and destroy logs), pkgs (/var/lib/tfcluster/pkgs/: the trainer role's
 # script packages), prepared (/opt/tfcluster/prepared.sha256), requirements
 # (/opt/tfcluster/requirements.lock), trainer, venv, wheelhouse (/opt/tfcluster/...), and jobs (kept free for a
-# listing of jobs). tests/unit/test_contract.py scans the roles, templates and host code and fails on a fixed name
+# listing of jobs). tests/unit/core/test_contract.py scans the roles, templates and host code and fails on a fixed name
 # under those directories (or a unit under UNIT_PREFIX) whose stem is not listed here.
 RESERVED_JOB_IDS: tuple[str, ...] = ("autostop", "datasets", "firewall", "jobs", "logs", "pkgs", "preflight",
                                      "prepared", "requirements", "trainer", "venv", "wheelhouse")
@@ -314,7 +320,7 @@ def _counting_problems(resolved: str, counts: Mapping[str, int]) -> list[Problem
                 (counts[WORKER] < 1, "cluster.worker", "parameter_server needs at least one worker",
                  "add a worker task")]
     elif sum(counts.values()) > 1:
-        how = "a TPU cluster resolver (--tpu)" if resolved == "tpu" else "all GPUs of one host"
+        how = "one Cloud TPU VM (--tpu local)" if resolved == "tpu" else "all GPUs of one host"
         need = [(True, "cluster", f"{resolved} runs on one host with {how}, but {sum(counts.values())} tasks are "
                  "listed", "use one host without TF_CONFIG, or strategy multi_worker_mirrored")]
     return [Problem(field, message, fix) for wrong, field, message, fix in need if wrong]
@@ -425,7 +431,8 @@ def contract_vars() -> dict[str, Any]:
              "TF_PORT", "LOCAL_BASE_PORT", "DONE", "MANIFEST", "STATUS", "METRICS", "CONFIG", "EXPORT",
              "CHECKPOINTS", "BACKUP", "LOGS", "EXIT_CODES", "JOB_STATES", "UNIT_PREFIX", "COLLECTED_SUFFIX",
              "ENV_TF_CONFIG", "ENV_JOB", "ENV_MODEL_DIR", "ENV_TASK_TYPE", "ENV_TASK_INDEX", "ENV_DATASETS", "ENV_GPUS",
-             "ENV_COLLECTIVE", "ENV_CHECKPOINT_S3", "ENV_S3_ENDPOINT_URL", "STATUS_FIELDS", "RESERVED_JOB_IDS")
+             "ENV_COLLECTIVE", "ENV_CHECKPOINT_S3", "ENV_S3_ENDPOINT_URL", "JOB_HOME_ENV", "STATUS_FIELDS",
+             "RESERVED_JOB_IDS")
     out: dict[str, Any] = {name: globals()[name] for name in names}
     out["NAME_PATTERNS"] = {kind: rule.pattern for kind, rule in NAME_RULES.items()}
     return json.loads(json.dumps(out))  # tuples become lists, as YAML sees them

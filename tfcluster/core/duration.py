@@ -1,4 +1,5 @@
-"""Durations a user types: IDLE (autostop), MAX_DURATION (job deadline) and TTL (cluster expiry).
+"""Durations a user types: IDLE (autostop), MAX_DURATION (job deadline), TTL (cluster expiry), and the wait's STALL
+(time without progress) and UNREACHABLE_GRACE (how long a host may stay unreachable from the control machine).
 
     parse_duration("1h30m", IDLE)        -> 5400
     parse_duration("10", IDLE)           -> 600      (IDLE alone takes bare minutes: `make autostop IDLE=10`)
@@ -59,7 +60,14 @@ _UNIT_WORDS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 IDLE = DurationKind("IDLE", "idle time before a host powers itself off", "IDLE=30m", bare_unit="m", minimum=60)
 MAX_DURATION = DurationKind("MAX_DURATION", "deadline of every task of the job", "MAX_DURATION=4h")
 TTL = DurationKind("TTL", "lifetime of the cluster (the tfcluster:expires tag)", "TTL=24h", minimum=60)
-KINDS: dict[str, DurationKind] = {kind.name: kind for kind in (IDLE, MAX_DURATION, TTL)}
+# The wait (issue 21): a stall is checked about every poll (seconds); the grace has no "off" (a host that never comes
+# back must end the wait some day), and under a minute would fail a job on an ssh reconnect.
+STALL = DurationKind("STALL", "time without progress that stops the job (the built-in trainer: while it trains)",
+                     "STALL=20m", minimum=30)
+UNREACHABLE_GRACE = DurationKind("UNREACHABLE_GRACE", "time a host may stay unreachable from this machine before "
+                                 "the job fails", "UNREACHABLE_GRACE=1h", minimum=60, maximum=7 * 86400,
+                                 allow_off=False)
+KINDS: dict[str, DurationKind] = {kind.name: kind for kind in (IDLE, MAX_DURATION, TTL, STALL, UNREACHABLE_GRACE)}
 
 
 class SettingError(ValueError):

@@ -7,6 +7,7 @@
     left = remaining_instances(ec2, "tfcluster-aws", state)   # make destroy: left.ours must be empty
     print(render_remaining("tfcluster-aws", left, ec2.meta.region_name))
     set_shutdown_behavior(ec2, "tfcluster-aws", "terminate", state)   # make autostop DOWN=1
+    result = start_instances(ec2, "tfcluster-aws", state)             # make start: until every one runs
 
 An instance is a tfcluster instance when it carries a valid cluster name (``tfcluster:cluster``) and a task type
 (``tfcluster:task_type``) of the contract; any other instance (no tags, someone else's tag set, a hand-made
@@ -19,8 +20,9 @@ are gone. Cost figures are estimates (tfcluster/cost/prices.py: a dated on-deman
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -81,6 +83,18 @@ class Members:
 class ShutdownChange:
     changed: tuple[str, ...]  # instance ids whose shutdown behaviour was set
     not_ours: tuple[NotOurs, ...]  # carry the cluster tag, left alone
+
+
+@dataclass(frozen=True)
+class StartResult:
+    started: tuple[str, ...]  # instance ids that were stopped and were started
+    already: tuple[str, ...]  # instance ids that were running (or starting) already
+    not_ours: tuple[NotOurs, ...]  # carry the cluster tag, left alone
+    instance_types: tuple[str, ...] = ()  # of every instance of the state, for the cost per hour
+
+
+class StartError(RuntimeError):
+    """The cluster cannot be started (or did not come up); the message names the instances and the fix."""
 
 
 @dataclass(frozen=True)
@@ -279,6 +293,52 @@ def set_shutdown_behavior(ec2: Any, cluster: str, behavior: str, state: StateSlo
                                       Value=behavior)
         changed.append(instance.instance_id)
     return ShutdownChange(tuple(changed), found.not_ours)
+
+
+def start_instances(ec2: Any, cluster: str, state: StateSlots, *, timeout: float = 600.0, interval: float = 5.0,
+                    sleep: Callable[[float], None] = time.sleep,
+                    clock: Callable[[], float] = time.monotonic) -> StartResult:
+    """`make start`: start every instance of the applied state that is stopped (one that is still stopping is
+    started once it has stopped) and wait until all of them run. Only the state's instances whose tags name their
+    slot (``members``) are touched; anything else carrying the cluster tag is left alone. An instance of the state
+    that is gone (terminated: DOWN=1, spot) or terminating cannot be started: StartError with the fix."""
+    deadline = clock() + timeout
+    started: list[str] = []
+    already: list[str] | None = None
+    while True:
+        found = members(ec2, cluster, state)
+        states = {i.instance_id: i.state for i in found.ours}
+        gone = sorted(i for i in state if states.get(i) in (None, "shutting-down"))
+        if gone:
+            raise StartError(f"instance(s) {', '.join(gone)} of the Terraform state of {cluster} are terminated or "
+                             "terminating (DOWN=1 terminates an idle host; spot instances cannot stop), so they "
+                             "cannot be started. Fix: `make provision CLUSTER=aws` launches new ones in their slots "
+                             "(their disks are new: a job resumes from its S3 backups, checkpoint_s3)")
+        if already is None:
+            already = sorted(i for i, s in states.items() if s in ("pending", "running"))
+        stopped = sorted(i for i, s in states.items() if s == "stopped")
+        if stopped:
+            ec2.start_instances(InstanceIds=stopped)
+            started += stopped
+        if all(s == "running" for s in states.values()):
+            return StartResult(tuple(started), tuple(already), found.not_ours,
+                               tuple(i.instance_type for i in found.ours))
+        if clock() >= deadline:
+            waiting = ", ".join(f"{i} ({s})" for i, s in sorted(states.items()) if s != "running")
+            raise StartError(f"not running after {timeout:.0f} s: {waiting}. Fix: `make start` again waits for them "
+                             "(aws ec2 describe-instance-status --instance-ids ID says why one does not start; "
+                             "InsufficientInstanceCapacity: try later)")
+        sleep(interval)
+
+
+def start_text(cluster: str, result: StartResult, cost: str | None = None) -> str:
+    """One line of what `make start` did and what it costs now (``cost``: said instead of the estimate)."""
+    cost = cost or f"about {prices.estimate(list(result.instance_types)).text()} per hour"
+    started = f"started {len(result.started)} instance(s): {' '.join(result.started)}" if result.started else \
+        "no instance was stopped"
+    already = f"; already running: {' '.join(result.already)}" if result.already else ""
+    return (f"{cluster}: {started}{already}; every instance runs now, {cost}. An unfinished job "
+            "resumes with `make train JOB=<job>`")
 
 
 # ---- text ----------------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ neighbour ``module_utils/core`` links ``tfcluster/core``, so the relative import
 * ``jobspec``    the job spec the tf_job role renders, its paths, states and small (capped, no-follow) readers;
 * ``supervisor`` the process backend (hosts without systemd, local slots): start, supervise, stop, finalize;
 * ``netns``      the local slots' private network namespace (holder, nsenter);
+* ``jobhome``    each job's writable home and caches (HOME, XDG_CACHE_HOME, KERAS_HOME, ...), made as the job user;
 * ``jobstatus``  a task's status for both backends and its log (``status`` / ``logs`` command line);
 * ``preflight``  checks before anything starts: port free, runtime imports, release digest, files, GPUs;
 * ``autostop``   the idle check behind the tfcluster.autostop timer;

@@ -4,7 +4,9 @@
 * the runtime imports the job's modules (``tensorflow``);
 * the deployed release has the expected digest;
 * files the job needs exist with their sha256 (the dataset);
-* the job sees exactly the GPUs it declares, as its own user under the unit's own sandbox (``systemd-run``).
+* the job sees exactly the GPUs it declares and runs a small op on each (a CUDA context and a kernel, not only a
+  device listing), as its own user under the unit's own sandbox (``systemd-run``);
+* EFA: whether the host has ``/dev/infiniband/uverbs*`` and where the aws-ofi-nccl plugin lies (GPU units use it).
 
 The import and GPU checks start TensorFlow (seconds): a passed check is remembered in a stamp under the run dir
 (/run, so a reboot forgets it), keyed by what would change its answer (the runtime's installed distributions, the
@@ -26,8 +28,28 @@ from ..core.files import atomic_write_text, sha256_file, tree_digest
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "3"}
 IMPORT_CODE = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
-GPU_CODE = ("import json, os\nos.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')\nimport tensorflow as tf\n"
-            "print(json.dumps({'gpus': len(tf.config.list_physical_devices('GPU'))}))\n")
+# Lists the GPUs, then creates a CUDA context on each and runs a small matmul there (soft placement off, so an op
+# that cannot run on GPU i fails instead of running on the CPU); prints one JSON line.
+GPU_CODE = """import json, os
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+import tensorflow as tf
+gpus = tf.config.list_physical_devices('GPU')
+tf.config.set_soft_device_placement(False)
+ran, error = 0, ''
+for i in range(len(gpus)):
+    try:
+        with tf.device(f'/GPU:{i}'):
+            a = tf.random.stateless_uniform((256, 256), seed=(i, 1))
+            total = tf.reduce_sum(tf.matmul(a, a))
+        if not total.device.endswith(f'GPU:{i}') or not bool(tf.math.is_finite(total)):
+            raise RuntimeError(f'the op ran on {total.device}')
+        ran += 1
+    except Exception as exc:
+        error = f'GPU {i}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ""}'[:300]
+        break
+print(json.dumps({'gpus': len(gpus), 'ran': ran, 'error': error}))
+"""
+EFA_DEVICES = "/dev/infiniband/uverbs*"
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -129,7 +151,40 @@ def gpu_problem(argv: Sequence[str], gpus: int, timeout: float = 300) -> tuple[i
         return seen, (f"TensorFlow sees {seen} GPU(s) as the job's user in its sandbox, {gpus} declared. Fix: check "
                       "the driver (nvidia-smi) and the device nodes (/dev/nvidia*), install the runtime's CUDA wheels, "
                       f"or declare the GPUs this host has (tfcluster_gpus={seen})")
-    return seen, None
+    return seen, op_problem(proc.stdout, seen)
+
+
+def op_problem(stdout: str, seen: int) -> str | None:
+    """A problem when the GPU check could list ``seen`` GPUs but not run its op on each of them."""
+    try:
+        answer = json.loads(_last_line(stdout))
+        ran, error = int(answer.get("ran", seen)), str(answer.get("error") or "")
+    except (ValueError, TypeError, AttributeError):
+        return "the GPU check's answer is unreadable. Fix: run the check by hand (docs/jobs.md, The preflight)"
+    if ran >= seen:
+        return None
+    return (f"TensorFlow lists {seen} GPU(s) but cannot run an op on GPU {ran} as the job's user in its sandbox "
+            f"({error or 'no error text'}). Fix: check that nvidia-uvm is loaded and its nodes exist "
+            "(systemctl status tfcluster.nvidia-uvm.service; ls -l /dev/nvidia-uvm*), that /proc/driver/nvidia is "
+            "readable, and the driver (nvidia-smi); docs/jobs.md, What CUDA needs")
+
+
+# --- EFA ------------------------------------------------------------------------------------------------------------
+def efa_enabled(setting: str, devices: Sequence[str]) -> bool:
+    """tf_job_efa: auto (the host has uverbs devices), true or false."""
+    text = str(setting).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    return bool(devices)
+
+
+def efa_facts(setting: str, plugin_dirs: Sequence[str], devices_glob: str = EFA_DEVICES) -> dict[str, Any]:
+    """{enabled, devices, plugin_dir}: the uverbs nodes here and the first existing aws-ofi-nccl plugin dir."""
+    devices = sorted(glob.glob(devices_glob))
+    plugin = next((d for d in plugin_dirs if os.path.isdir(d)), "")
+    return {"enabled": efa_enabled(setting, devices), "devices": devices, "plugin_dir": plugin}
 
 
 # --- facts ----------------------------------------------------------------------------------------------------------

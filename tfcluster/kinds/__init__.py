@@ -7,14 +7,15 @@ module with a :class:`~tfcluster.kinds.base.Kind` subclass and a row in ``KINDS`
 from __future__ import annotations
 
 from tfcluster.kinds.aws import Aws
-from tfcluster.kinds.base import Kind, KindError, Target, Traits
+from tfcluster.kinds.base import JobRequest, Kind, KindError, Target, Traits
 from tfcluster.kinds.local import Local
 from tfcluster.kinds.onprem import OnPrem
+from tfcluster.kinds.slurm import SlurmKind
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (Local(), Aws(), OnPrem())}  # the routing table
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (Local(), Aws(), OnPrem(), SlurmKind())}  # the routing table
 NAMES: tuple[str, ...] = tuple(KINDS)
 
-__all__ = ["KINDS", "NAMES", "Kind", "KindError", "Target", "Traits", "get"]
+__all__ = ["KINDS", "NAMES", "JobRequest", "Kind", "KindError", "Target", "Traits", "get"]
 
 
 def get(name: str) -> Kind:

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tfcluster.kinds.base import Kind, Target, Traits
+from tfcluster.core.duration import parse_time
+from tfcluster.kinds.base import Kind, KindError, Target, Traits
 from tfcluster.provision import aws as provision_aws
-from tfcluster.provision import known_hosts
+from tfcluster.provision import awscheck, known_hosts
 from tfcluster.provision import terraform as toolchain
-from tfcluster.provision.common import state_cluster_name
+from tfcluster.provision.common import ProvisionError, state_cluster_name
 
 
 class Aws(Kind):
@@ -40,12 +42,31 @@ class Aws(Kind):
         return path if path.is_file() else None
 
     def playbook_vars(self, target: Target) -> dict[str, Any]:
-        """Where backups go (checkpoint_s3) and what an idle host's power-off does (autostop_down: stop | terminate;
-        a terminating host waits for an uncollected job)."""
+        """Where backups go (checkpoint_s3), what an idle host's power-off does (autostop_down: stop | terminate; a
+        terminating host waits for an uncollected job) and when the cluster expires (expires_at: the autostop role
+        keeps each host's expiry current; absent: none)."""
         outputs = self.outputs(target)
         found = {"tfcluster_checkpoint_s3": outputs.get("checkpoint_s3"),
-                 "tfcluster_autostop_down": outputs.get("autostop_down")}
+                 "tfcluster_autostop_down": outputs.get("autostop_down"),
+                 "tfcluster_expires_at": outputs.get("expires_at")}
         return {key: value for key, value in found.items() if isinstance(value, str) and value}
+
+    def expires_at(self, target: Target) -> datetime | None:
+        return parse_time(self.outputs(target).get("expires_at"))
+
+    def start(self, target: Target, env: Mapping[str, str] | None = None) -> list[str]:
+        """Start the state's stopped instances (EC2 StartInstances), wait until they run, `terraform apply
+        -refresh-only` for their new addresses, and re-key the cluster's known_hosts by instance id."""
+        from tfcluster.cost.clusters import StartError
+
+        tf_dir = self.tf_dir(target)
+        assert tf_dir is not None
+        tf_env = toolchain.terraform_env(dict(os.environ if env is None else env), provider=self.provider)
+        try:
+            return provision_aws.start(tf_dir, tf_env)
+        except (ProvisionError, StartError, known_hosts.KnownHostsError, awscheck.AwsCheckError,
+                toolchain.ToolchainError) as exc:
+            raise KindError(str(exc)) from None
 
     def instance_slots(self, target: Target) -> dict[str, str]:
         from tfcluster.cost import clusters

@@ -13,7 +13,14 @@ The class attributes say what a kind is; the methods are what differs between ki
 * ``provision_argv`` / ``plan`` — the machines, through ``python -m tfcluster.provision`` (a kind with nothing to
   provision refuses with a fix; its plan is the inventory's TF_CONFIG view);
 * ``still_running`` — what of the cluster still runs and costs, printed at the end of `make train`;
-* ``ec2`` — an EC2 client for `make clusters`, `make autostop DOWN=...` and the end-of-train summary.
+* ``ec2`` — an EC2 client for `make clusters`, `make autostop DOWN=...` and the end-of-train summary;
+* ``start`` — `make start`: start a stopped cluster, wait for it, refresh its addresses (a kind without instances
+  refuses with a fix);
+* ``expires_at`` — when the cluster expires (its hosts power off), or None;
+* ``transport`` — None for a kind whose commands run playbooks (local, aws, onprem); a scheduler kind (slurm)
+  returns an object the commands use instead (its methods take plain values: stage, submit, poll, stop, logs,
+  collect; tfcluster/kinds/slurm_login.py), with ``cluster_file_setting`` (the Make variable naming its cluster file,
+  e.g. SLURM) and ``setting_problems`` (that file's problems, reported with the settings' own: exit 2).
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
+from tfcluster.core.contract import Problem
 from tfcluster.core.paths import REPO_ROOT
 from tfcluster.provision import terraform as toolchain
 
@@ -46,6 +55,25 @@ class Target:
     hosts_file: Path | None = None  # HOSTS
     wheelhouse: Path | None = None  # WHEELHOUSE
     auto_approve: bool = False
+    cluster_file: Path | None = None  # the kind's cluster file (its cluster_file_setting: SLURM=...)
+    job: str = "mnist"  # JOB: `make plan` of a scheduler kind shows the job's own batch script
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """The job a scheduler kind's transport runs, in plain values (from the checked settings)."""
+
+    job: str
+    strategy: str = "auto"
+    script: Path | None = None
+    script_args: tuple[str, ...] = ()
+    script_keras: str = "legacy"
+    script_requirements: Path | None = None
+    trainer_args: tuple[str, ...] = ()
+    epochs: int | None = None
+    max_duration: int | None = None  # seconds (MAX_DURATION): the scheduler's time limit
+    datasets: tuple[str, ...] = ()
+    wheelhouse: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -73,7 +101,19 @@ class Kind:
     needs_host_file: ClassVar[bool] = False  # HOSTS names the cluster's hosts
     has_instances: ClassVar[bool] = False  # cloud instances: DOWN (stop or terminate), $/hour, make clusters
     asks_before_apply: ClassVar[bool] = False  # provision/destroy prompt unless AUTO_APPROVE=1
+    cluster_file_setting: ClassVar[str | None] = None  # the Make variable naming the kind's cluster file (SLURM)
     traits: ClassVar[Traits] = Traits()
+
+    # --- the settings -----------------------------------------------------------------------------------------------
+    def setting_problems(self, target: Target) -> list[Problem]:
+        """Problems of what the kind reads beyond the settings (its cluster file), reported with theirs: exit 2."""
+        return []
+
+    # --- the transport ----------------------------------------------------------------------------------------------
+    def transport(self, target: Target) -> Any:
+        """None: the commands run playbooks over the inventory (every kind so far). A scheduler kind returns the
+        object that stages, submits, polls, stops, follows and collects through the scheduler instead."""
+        return None
 
     # --- the inventory ----------------------------------------------------------------------------------------------
     def tf_dir(self, target: Target) -> Path | None:
@@ -144,3 +184,14 @@ class Kind:
         """An EC2 client for the cluster's region; a kind without instances refuses."""
         raise KindError(f"CLUSTER={self.name} has no cloud instances. Fix: use CLUSTER=aws (or CLUSTER=local for the "
                         "emulated one)")
+
+    def start(self, target: Target, env: Mapping[str, str] | None = None) -> list[str]:
+        """`make start`: start the stopped instances of the cluster, wait until they run, refresh their addresses
+        (Terraform) and keep the host keys already trusted. Lines to print; a kind without instances refuses."""
+        raise KindError(f"CLUSTER={self.name} has no instances to start: its hosts are not started by tfcluster. "
+                        "Fix: power them on yourself (then `make train` resumes an unfinished job), or use "
+                        "CLUSTER=aws")
+
+    def expires_at(self, target: Target) -> datetime | None:
+        """When the cluster expires (its hosts power off then: TTL, the tfcluster:expires tag), or None."""
+        return None

@@ -57,6 +57,7 @@ CONTROL_IN = REPO / "requirements-control.txt"
 CONTROL_LOCK = REPO / "requirements-control.lock"
 INDEX = "https://pypi.org/simple"
 MIN_PYTHON = "3.10"  # Ubuntu 22.04's; Debian 12 has 3.11, Ubuntu 24.04 3.12
+CONTROL_PYTHON = "3.11"  # the control machine: ansible-core 2.19 (requirements-control.txt) needs 3.11
 COMPILE = ("pip", "compile", "--no-config", "--universal", "--python-version", MIN_PYTHON, "--generate-hashes",
            "--no-header", "--index-url", INDEX)
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)\s*(?:;\s*([^\\]+?))?\s*\\?$")
@@ -228,8 +229,7 @@ SCRIPT_HEADER = """\
 """
 CONTROL_HEADER = """\
 # Hash-pinned by `make lock-control` (python -m tfcluster.prepare.lock control) from requirements-control.txt's ranges,
-# for
-# Python 3.10 to 3.13 (ansible-core 2.17 on 3.10). `TFCLUSTER_LOCKED=1 tools/setup.sh control` installs it with
+# for Python 3.11 to 3.13 (ansible-core 2.19 needs 3.11). `TFCLUSTER_LOCKED=1 tools/setup.sh control` installs it with
 # pip install --require-hashes (an sdist's build dependencies are not hash-checked: python-terraform has no wheel).
 """
 
@@ -301,9 +301,12 @@ def _uv() -> str:
     return found
 
 
-def compile_lock(source: Path, output: Path) -> None:
-    """``uv pip compile`` run beside ``output`` (its '# via' notes then name files relative to the locks)."""
-    proc = subprocess.run([_uv(), *COMPILE, os.path.relpath(source, output.parent), "-o", output.name],
+def compile_lock(source: Path, output: Path, python: str = MIN_PYTHON) -> None:
+    """``uv pip compile`` run beside ``output`` (its '# via' notes then name files relative to the locks), for
+    ``python`` and newer."""
+    argv = [*COMPILE]
+    argv[argv.index("--python-version") + 1] = python
+    proc = subprocess.run([_uv(), *argv, os.path.relpath(source, output.parent), "-o", output.name],
                           cwd=output.parent, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise LockError(f"uv pip compile {source.name} failed: {proc.stderr.strip()[-1500:]}")
@@ -385,7 +388,7 @@ def compile_all() -> None:
 
 
 def compile_control() -> None:
-    compile_lock(CONTROL_IN, CONTROL_LOCK)
+    compile_lock(CONTROL_IN, CONTROL_LOCK, CONTROL_PYTHON)
     atomic_write_text(CONTROL_LOCK, _with_header(CONTROL_HEADER, CONTROL_LOCK.read_text(encoding="utf-8")))
     read_lock(CONTROL_LOCK)
 

@@ -4,11 +4,16 @@
     keys_in_console(text)                   host keys cloud-init printed between the SSH HOST KEY KEYS markers
     fetch_console_keys(ec2, {addr: id})     poll GetConsoleOutput until every instance printed its keys (bounded)
     user_entries(address, port)             a host's lines in the user's own known_hosts (a bastion they use)
+    read(path)                              {address: keys} of the cluster's file as it is
+    carried_keys(known, before, after)      the keys trusted for each instance, at its new address (make start)
     write(path, {addr: keys}) / remove(path)
 
 On AWS, `make provision` fills the file from each instance's console output, keyed by the address Ansible uses
 (public or private IP by the connect mode, `[addr]:port` off port 22), plus the bastion's lines from the user's own
-known_hosts. The `tfcluster` command then sets TFCLUSTER_KNOWN_HOSTS to it, and the inventory passes
+known_hosts. A host key lives on the instance's disk and survives a stop and start, while cloud-init prints it on the
+first boot only: an instance the file already trusted (the same instance id, maybe at a new public address after a
+start) keeps its keys (`carried_keys`), by instance id, never by address alone. The `tfcluster` command then sets
+TFCLUSTER_KNOWN_HOSTS to it, and the inventory passes
 `-o UserKnownHostsFile=<file> -o StrictHostKeyChecking=yes` to every ssh (TFCLUSTER_HOST_KEY_CHECKING=accept-new is
 the documented minimum when no console output is to be had: trust on first use). A changed key then stops the run
 naming the host. `make destroy` removes the file. On-prem the file comes from the host file's `host_keys`
@@ -102,6 +107,51 @@ def render(entries: Mapping[str, Sequence[str]], port: int = 22) -> str:
     would not fit raises KnownHostsError and nothing is written."""
     lines = [_line(address, port, item) for address in sorted(entries) for item in entries[address]]
     return "".join(f"{line}\n" for line in dict.fromkeys(lines))
+
+
+def _address_of(pattern: str) -> str:
+    """The address of a line's host pattern: ``addr`` or ``[addr]:port``."""
+    if pattern.startswith("[") and "]:" in pattern:
+        return pattern[1:pattern.index("]:")]
+    return pattern
+
+
+def read(path: Path) -> dict[str, list[str]]:
+    """{address: entries} of the cluster's own file (written by :func:`write`): ``TYPE BASE64`` for a host at port
+    22, the whole line for any other port (a bastion's). {} when there is none; a line that is not one the builder
+    writes raises KnownHostsError naming the file and the fix."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    found: dict[str, list[str]] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) != 3:
+            raise KnownHostsError(f"{path}:{number} is not a `PATTERN TYPE BASE64` line. Fix: `make provision` "
+                                  "writes the file again (the keys from the console output)")
+        address = _address_of(words[0])
+        entry = " ".join(words[1:]) if words[0] == address else line.strip()
+        _line(address, 22, entry)  # checked by the same builder as every line written
+        found.setdefault(address, []).append(entry)
+    return found
+
+
+def carried_keys(known: Mapping[str, Sequence[str]], before: Mapping[str, str],
+                 after: Mapping[str, str]) -> dict[str, list[str]]:
+    """{address now: the keys trusted for that instance}: for each instance of ``after`` ({address: instance id})
+    that ``before`` held (by instance id, at whatever address) with keys in ``known`` (:func:`read`). A new
+    instance id never inherits keys, whatever its address."""
+    address_of = {iid: address for address, iid in before.items()}
+    carried: dict[str, list[str]] = {}
+    for address, iid in after.items():
+        old = address_of.get(iid)
+        keys = [k for k in known.get(old, []) if k.split()[0] in KEY_TYPES] if old is not None else []
+        if keys:
+            carried[address] = keys
+    return carried
 
 
 def write(path: Path, entries: Mapping[str, Sequence[str]], port: int = 22) -> Path:

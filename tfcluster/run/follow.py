@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from tfcluster.core.duration import format_duration, parse_time
 from tfcluster.core.text import PrintableWriter, printable
 from tfcluster.run.reach import Reach, ReachError
 from tfcluster.run.view import duration, number, rate
@@ -127,8 +128,20 @@ def read_autostop(path: Path) -> dict[str, str]:
     return {str(host): line if isinstance(line, str) else "" for host, line in data.items()}
 
 
-def autostop_cell(line: str | None) -> str:
-    """``off``, ``30 min (idle 4m05s)``, or ``-`` where autostop is not installed (local slots, never prepared)."""
+def _expiry_text(status: Mapping[str, Any], now: float | None) -> str:
+    """``, exp. in 20h``, ``, EXPIRED`` (past it; the host is held or about to power off), or '' (no expiry)."""
+    expires = parse_time(status.get("expires_at"))
+    if expires is None:
+        return ""
+    if status.get("expired") is True or (now is not None and expires.timestamp() <= now):
+        return ", EXPIRED"
+    return f", exp. in {format_duration(expires.timestamp() - now)}" if now is not None else ""
+
+
+def autostop_cell(line: str | None, now: float | None = None) -> str:
+    """``off``, ``30 min (idle 4m05s)``, each with the expiry (``, exp. in 20h``) and the guard that runs it
+    (``boot: ...``: the user data's boot guard, on a host never prepared), or ``-`` where autostop is not installed
+    (local slots, hosts of no cloud)."""
     if not line or len(line) > AUTOSTOP_LINE_LIMIT:
         return "-"
     try:
@@ -137,11 +150,14 @@ def autostop_cell(line: str | None) -> str:
         return "-"
     if not isinstance(status, dict) or not status.get("installed", True):
         return "-"
+    guard = "boot: " if status.get("guard") == "boot" else ""
+    expiry = _expiry_text(status, now)
     if not status.get("enabled"):
-        return "off"
+        return f"{guard}off{expiry}"
     idle = number(status.get("idle_seconds"))
     mode = "" if status.get("mode") == "jobs" else f", {printable(status.get('mode'))}"
-    return f"{printable(status.get('idle_minutes'))} min{mode} (idle {duration(idle) if idle is not None else '?'})"
+    return (f"{guard}{printable(status.get('idle_minutes'))} min{mode} "
+            f"(idle {duration(idle) if idle is not None else '?'}){expiry}")
 
 
 def table_row(task: Mapping[str, Any], now: float, autostop: Mapping[str, str] | None = None) -> list[str]:
@@ -154,7 +170,7 @@ def table_row(task: Mapping[str, Any], now: float, autostop: Mapping[str, str] |
     cells = [task.get("host", "?"), task.get("slot", ""), task.get("state", "?"),
              _cell(task, "epoch", "epochs"), _cell(task, "step", "steps_per_epoch"),
              rate(task.get("examples_per_sec")).replace(" ex/s", "") or "-", updated,
-             autostop_cell((autostop or {}).get(str(task.get("host"))))]
+             autostop_cell((autostop or {}).get(str(task.get("host"))), now)]
     return [printable(cell, CELL_LIMIT) for cell in cells]
 
 

@@ -112,7 +112,7 @@ class View:
         elif kind == "progress":
             self.tasks = [dict(task) for task in event.get("tasks") or []]
             if self.show_progress:
-                self.progress(self.tasks, event.get("elapsed"))
+                self.progress(self.tasks, event.get("elapsed"), event.get("note"))
         elif kind == "decision":
             self.decision = dict(event)
         elif kind == "collected":
@@ -120,12 +120,16 @@ class View:
         elif kind == "notice":
             self.line(f"       note: {printable(event.get('msg'), TEXT_LIMIT)}")
 
-    def progress(self, tasks: Sequence[Mapping[str, Any]], elapsed: float | None) -> None:
-        lines = [f"       job running for {duration(elapsed)}:", *(f"         {task_line(t)}" for t in tasks)]
+    def progress(self, tasks: Sequence[Mapping[str, Any]], elapsed: float | None, note: Any = None) -> None:
+        """The progress block; ``note`` (hosts unreachable from here, with ssh's error) under its header."""
+        lines = [f"       job running for {duration(elapsed)}:",
+                 *([f"         note: {printable(note, TEXT_LIMIT)}"] if note else []),
+                 *(f"         {task_line(t)}" for t in tasks)]
         now = self.clock()
         if self.tty:
             if self._drawn:
                 self.out.write(f"\x1b[{self._drawn}F")  # back to the first line of the block
+                lines += [""] * (self._drawn - len(lines))  # a shorter block (a note gone) blanks the old lines
             self.out.write("".join(f"\x1b[2K{text}\n" for text in lines))
             self.out.flush()
             self._drawn = len(lines)

@@ -65,3 +65,33 @@ output "expires_at" {
   description = "The tfcluster:expires tag value, or null."
   value       = module.cluster.expires_at
 }
+
+output "offering_zones" {
+  description = "Zones of the region that offer the instance type, sorted."
+  value       = module.cluster.offering_zones
+}
+
+output "ami_in_use" {
+  description = "AMIs the hosts run, sorted, without repeats."
+  value       = sort(distinct([for i in aws_instance.this : i.ami]))
+}
+
+output "ami_latest" {
+  description = "The newest image the lookup finds now { id, name, creation_date }, or null when ami_id pins it."
+  value       = module.cluster.ami_latest
+}
+
+output "instance_store" {
+  description = "The instance type's NVMe instance store { supported, total_gb, disks, mount }."
+  value       = module.cluster.instance_store
+}
+
+output "autostop" {
+  description = "The boot guard in the hosts' user data { guard, settings }."
+  value       = module.cluster.autostop
+}
+
+output "efa_interfaces" {
+  description = "The network interfaces of each host: [{ card, device, type }] (type efa, efa-only or interface)."
+  value       = local.interfaces
+}

@@ -31,9 +31,37 @@ variable "slots" {
 }
 
 variable "instance_type" {
-  description = "An EFA-capable GPU type (p4d.24xlarge, p5.48xlarge, ...)."
+  description = "An EFA-capable GPU type (p4d.24xlarge, p5.48xlarge, ...; any type works, with no EFA when the table in main.tf has none for it)."
   type        = string
   default     = "p5.48xlarge"
+}
+
+variable "allow_non_gpu_instance_type" {
+  description = "Allow a type outside the GPU families (trn1/trn2, hpc6a/hpc7a, ...)."
+  type        = bool
+  default     = null
+}
+
+variable "efa_interfaces" {
+  description = "EFA interfaces per host, one per network card. null: the type's maximum from the table in main.tf (p5.48xlarge 32, p4d.24xlarge 4, ...); 0: none (a plain primary interface)."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.efa_interfaces == null || try(var.efa_interfaces >= 0 && var.efa_interfaces <= 32 && floor(var.efa_interfaces) == var.efa_interfaces, false)
+    error_message = "efa_interfaces must be a whole number from 0 to 32. Fix: leave it null for the type's maximum, or 1 for one EFA on network card 0."
+  }
+}
+
+variable "efa_additional_type" {
+  description = "Interface type of the EFAs on network cards 1 and up: \"efa\" (EFA with ENA: each also takes an IP address of the subnet) or \"efa-only\" (no IP; AWS's current recommendation, where the provider accepts it)."
+  type        = string
+  default     = "efa"
+
+  validation {
+    condition     = contains(["efa", "efa-only"], var.efa_additional_type)
+    error_message = "efa_additional_type must be \"efa\" or \"efa-only\". Fix: \"efa\" (EFA with ENA) works with every provider version; \"efa-only\" saves the subnet's addresses."
+  }
 }
 
 variable "ami_id" {
@@ -87,8 +115,42 @@ variable "subnet_id" {
 }
 
 variable "availability_zone" {
-  description = "Zone of the created subnet (null: the first that offers instance_type)."
+  description = "Zone of the created subnet (null: the first that offers instance_type). With a Capacity Reservation or Block: its zone."
   type        = string
+  default     = null
+}
+
+variable "placement_group" {
+  description = "A cluster placement group (EFA traffic wants it). Capacity Blocks place their hosts themselves."
+  type        = bool
+  default     = true
+}
+
+variable "capacity" {
+  description = "Capacity: { reservation_id = \"cr-...\" } (an On-Demand Capacity Reservation), { reservation_id, capacity_block = true } (a Capacity Block for ML), { preference = \"none\" } or null (open)."
+  type = object({
+    preference     = optional(string, "open")
+    reservation_id = optional(string)
+    capacity_block = optional(bool, false)
+  })
+  default = null
+}
+
+variable "root_volume_throughput" {
+  description = "gp3 root volume throughput in MiB/s (125-1000). null: 125."
+  type        = number
+  default     = null
+}
+
+variable "root_volume_iops" {
+  description = "gp3 root volume IOPS (3000-16000). null: 3000."
+  type        = number
+  default     = null
+}
+
+variable "autostop_idle_minutes" {
+  description = "Boot guard: idle minutes before a host powers off (0: never for idleness). null: 30."
+  type        = number
   default     = null
 }
 
@@ -99,16 +161,27 @@ variable "autostop_down" {
 }
 
 variable "expires_at" {
-  description = "RFC 3339 UTC expiry (tfcluster:expires tag)."
+  description = "RFC 3339 UTC expiry (tfcluster:expires tag; the boot guard powers the hosts off after it)."
   type        = string
   default     = null
 }
 
 variable "checkpoint_s3" {
-  description = "Checkpoint location the hosts may use: { bucket, prefix }."
+  description = "Checkpoint location the hosts may use: { bucket, prefix, kms_key_arn }."
   type = object({
-    bucket = string
-    prefix = string
+    bucket      = string
+    prefix      = string
+    kms_key_arn = optional(string)
+  })
+  default = null
+}
+
+variable "data_s3" {
+  description = "Dataset location the hosts may read: { bucket, prefix, kms_key_arn }."
+  type = object({
+    bucket      = string
+    prefix      = optional(string, "")
+    kms_key_arn = optional(string)
   })
   default = null
 }

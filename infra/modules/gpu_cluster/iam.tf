@@ -14,10 +14,11 @@ locals {
   instance_profiles = {
     for name in keys(local.slots) : name => var.iam_instance_profile != null ? var.iam_instance_profile : try(aws_iam_instance_profile.this[name].name, null)
   }
-  # The chief rule (tfcluster/contract.py chief_of): the chief task, else worker 0.
+  # The chief rule (tfcluster/core/contract.py chief_of): the chief task, else worker 0.
   chief_slot = contains(keys(local.slots), "chief-0") ? "chief-0" : "worker-0"
 
   checkpoint_arn  = var.checkpoint_s3 == null ? null : "arn:aws:s3:::${var.checkpoint_s3.bucket}"
+  checkpoint_kms  = try(var.checkpoint_s3.kms_key_arn, null)
   checkpoint_keys = var.checkpoint_s3 == null ? null : "${local.checkpoint_arn}/${var.checkpoint_s3.prefix}"
   # What each slot's role may read and write. The chief also owns model/ and backup/local-0/ (a one-host job under
   # the mirrored strategy has no TF_CONFIG: the trainer calls its task local:0).
@@ -77,6 +78,68 @@ resource "aws_iam_role_policy" "checkpoints" {
         Effect   = "Deny"
         Action   = ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
         Resource = ["${local.checkpoint_keys}/*/model/*"]
+      },
+      ], local.checkpoint_kms == null ? [] : [
+      {
+        # SSE-KMS: S3 asks KMS for a data key on every upload (and to decrypt on downloads and multipart uploads),
+        # in the name of the caller. Only through S3 and only for the checkpoint prefix (or the bucket, which is the
+        # context S3 Bucket Keys use); which objects the host may touch stays the S3 statements' business.
+        Sid      = "CheckpointKeyThroughS3"
+        Effect   = "Allow"
+        Action   = ["kms:Decrypt", "kms:GenerateDataKey"]
+        Resource = [local.checkpoint_kms]
+        Condition = {
+          StringLike = {
+            "kms:ViaService"                   = "s3.*.amazonaws.com"
+            "kms:EncryptionContext:aws:s3:arn" = ["${local.checkpoint_keys}/*", local.checkpoint_arn]
+          }
+        }
+      },
+    ])
+  })
+}
+
+# data_s3: every host may read the dataset prefix (list it, get its objects), nothing else there.
+locals {
+  data_arn    = var.data_s3 == null ? null : "arn:aws:s3:::${var.data_s3.bucket}"
+  data_prefix = try(var.data_s3.prefix, "")
+  data_keys   = var.data_s3 == null ? null : (local.data_prefix == "" ? "${local.data_arn}/*" : "${local.data_arn}/${local.data_prefix}/*")
+  data_kms    = try(var.data_s3.kms_key_arn, null)
+}
+
+resource "aws_iam_role_policy" "data" {
+  for_each    = var.data_s3 == null ? {} : local.role_slots
+  name_prefix = "data-"
+  role        = aws_iam_role.this[each.key].id
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = concat([
+      merge({
+        Sid      = "ListDataPrefix"
+        Effect   = "Allow"
+        Action   = ["s3:ListBucket"]
+        Resource = [local.data_arn]
+        }, local.data_prefix == "" ? {} : {
+        Condition = { StringLike = { "s3:prefix" = ["${local.data_prefix}/*", local.data_prefix] } }
+      }),
+      {
+        Sid      = "ReadData"
+        Effect   = "Allow"
+        Action   = ["s3:GetObject"]
+        Resource = [local.data_keys]
+      },
+      ], local.data_kms == null ? [] : [
+      {
+        Sid      = "DataKeyThroughS3"
+        Effect   = "Allow"
+        Action   = ["kms:Decrypt"]
+        Resource = [local.data_kms]
+        Condition = {
+          StringLike = {
+            "kms:ViaService"                   = "s3.*.amazonaws.com"
+            "kms:EncryptionContext:aws:s3:arn" = [local.data_keys, local.data_arn]
+          }
+        }
       },
     ])
   })

@@ -1,6 +1,6 @@
 locals {
   # The contract with the inventory (aws source) and the cost guard: the EC2 tag keys, written in HCL only here.
-  # tfcluster/contract.py TAG_KEYS is the definition; tests/unit/test_contract.py proves this copy equal to it.
+  # tfcluster/core/contract.py TAG_KEYS is the definition; tests/unit/test_contract.py proves this copy equal to it.
   tag_keys = {
     cluster    = "tfcluster:cluster"
     task_type  = "tfcluster:task_type"
@@ -79,7 +79,9 @@ locals {
     arm64  = "Deep Learning ARM64 Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *"
   }
   ami_name_filter = coalesce(var.ami_name_filter, local.ami_names[local.architecture])
-  ami_id          = coalesce(var.ami_id, try(data.aws_ami.deep_learning[0].id, null))
+  # The AMI decided now (ami_id, or the newest lookup) and the one kept since the first apply, which new hosts get.
+  ami_wanted = coalesce(var.ami_id, try(data.aws_ami.deep_learning[0].id, null))
+  ami_id     = terraform_data.ami.input # the kept value (ignore_changes): known at plan, unlike output
 
   key_name  = var.public_key != null ? aws_key_pair.this[0].key_name : var.key_name
   subnet_id = var.subnet_id != null ? var.subnet_id : aws_subnet.this[0].id
@@ -117,6 +119,30 @@ data "aws_ami" "deep_learning" {
   }
 }
 
+# The AMI is decided once and kept: ignore_changes keeps the first value, so neither a newer Deep Learning AMI nor a
+# changed ami_id replaces a running cluster (nor gives a slot added later another image than its peers). AMI=refresh
+# is `terraform apply -replace=module.cluster.terraform_data.ami`: it decides again (ami_id, or the newest image)
+# and every host is replaced (replace_triggered_by below), with whatever was on its disks.
+resource "terraform_data" "ami" {
+  input = local.ami_wanted
+
+  lifecycle {
+    ignore_changes = [input]
+  }
+}
+
+check "ami_pinned" {
+  assert {
+    condition     = var.ami_id == null || var.ami_id == terraform_data.ami.input
+    error_message = "ami_id ${coalesce(var.ami_id, local.ami_id)} is not the AMI this cluster keeps (${terraform_data.ami.input}): the hosts stay on the kept one. Fix: run with AMI=refresh (terraform apply -replace=module.cluster.terraform_data.ami) to replace every host with ami_id, or set ami_id to the kept AMI."
+  }
+}
+
+# What the instance type brings: local NVMe instance store (the Deep Learning AMI mounts it at /opt/dlami/nvme).
+data "aws_ec2_instance_type" "this" {
+  instance_type = var.instance_type
+}
+
 resource "aws_key_pair" "this" {
   count           = var.public_key != null ? 1 : 0
   key_name_prefix = "${var.cluster_name}-"
@@ -145,7 +171,7 @@ resource "aws_instance" "this" {
   iam_instance_profile                 = local.instance_profiles[each.key]
   monitoring                           = var.monitoring
   ebs_optimized                        = true
-  user_data                            = var.user_data
+  user_data                            = local.user_data
   instance_initiated_shutdown_behavior = var.autostop_down
 
   metadata_options {
@@ -157,6 +183,8 @@ resource "aws_instance" "this" {
   root_block_device {
     volume_type           = "gp3"
     volume_size           = var.root_volume_size
+    throughput            = var.root_volume_throughput
+    iops                  = var.root_volume_iops
     encrypted             = true
     kms_key_id            = var.root_volume_kms_key_id
     delete_on_termination = true
@@ -164,6 +192,13 @@ resource "aws_instance" "this" {
 
   volume_tags = local.slot_tags[each.key]
   tags        = local.slot_tags[each.key]
+
+  lifecycle {
+    # Hosts stay put: the AMI and the user data (boot guard, expiry) are what they were launched with; AMI=refresh
+    # (-replace=module.cluster.terraform_data.ami) replaces them all.
+    ignore_changes       = [ami, user_data]
+    replace_triggered_by = [terraform_data.ami]
+  }
 }
 
 resource "aws_spot_instance_request" "this" {
@@ -184,7 +219,7 @@ resource "aws_spot_instance_request" "this" {
   iam_instance_profile                 = local.instance_profiles[each.key]
   monitoring                           = var.monitoring
   ebs_optimized                        = true
-  user_data                            = var.user_data
+  user_data                            = local.user_data
   instance_initiated_shutdown_behavior = var.autostop_down # "terminate": var.autostop_down refuses "stop" with spot
 
   metadata_options {
@@ -196,6 +231,8 @@ resource "aws_spot_instance_request" "this" {
   root_block_device {
     volume_type           = "gp3"
     volume_size           = var.root_volume_size
+    throughput            = var.root_volume_throughput
+    iops                  = var.root_volume_iops
     encrypted             = true
     kms_key_id            = var.root_volume_kms_key_id
     delete_on_termination = true
@@ -204,6 +241,11 @@ resource "aws_spot_instance_request" "this" {
   volume_tags = local.slot_tags[each.key]
   # Tags here land on the spot request only; aws_ec2_tag.spot copies them onto the instance the request launched.
   tags = local.slot_tags[each.key]
+
+  lifecycle {
+    ignore_changes       = [ami, user_data]
+    replace_triggered_by = [terraform_data.ami]
+  }
 }
 
 resource "aws_ec2_tag" "spot" {

@@ -85,6 +85,10 @@ resource "aws_security_group" "this" {
       condition     = local.zone_problem == null
       error_message = coalesce(local.zone_problem, "-")
     }
+    precondition {
+      condition     = length(local.user_data) <= local.user_data_limit
+      error_message = "The hosts' user data is ${length(local.user_data)} bytes, over EC2's limit of ${local.user_data_limit} (raw, before base64); the boot guard takes ${length(local.boot_guard)} of them. Fix: shorten user_data (install from a script it downloads, e.g. #include https://...)."
+    }
   }
 }
 

@@ -98,8 +98,18 @@ output "subnet_id" {
 }
 
 output "ami_id" {
-  description = "AMI the hosts run (given or looked up)."
+  description = "AMI this cluster keeps (decided at the first apply from ami_id or the newest lookup): what new hosts launch with."
   value       = local.ami_id
+}
+
+output "ami_in_use" {
+  description = "AMIs the launched hosts run, sorted, without repeats (empty before they exist; the hosts ignore later AMI changes)."
+  value       = sort(distinct(concat([for i in aws_instance.this : i.ami], [for r in aws_spot_instance_request.this : r.ami])))
+}
+
+output "ami_latest" {
+  description = "The newest image the lookup finds now, { id, name, creation_date }: when its id is not in ami_in_use, a newer image exists (AMI=refresh moves every host to it). null when ami_id pins the AMI."
+  value       = try({ id = data.aws_ami.deep_learning[0].id, name = data.aws_ami.deep_learning[0].name, creation_date = data.aws_ami.deep_learning[0].creation_date }, null)
 }
 
 output "ami_lookup" {
@@ -117,8 +127,23 @@ output "instance_profiles" {
   value       = local.instance_profiles
 }
 
+output "instance_store" {
+  description = "The instance type's local NVMe instance store: { supported, total_gb, disks = [{ count, size_gb, type }], mount }. The Deep Learning AMI mounts it at mount (/opt/dlami/nvme); it is wiped when the host stops or terminates, so it suits datasets (staged again) and scratch, not the only copy of backups."
+  value = {
+    supported = data.aws_ec2_instance_type.this.instance_storage_supported
+    total_gb  = data.aws_ec2_instance_type.this.total_instance_storage
+    disks     = [for d in data.aws_ec2_instance_type.this.instance_disks : { count = d.count, size_gb = d.size, type = d.type }]
+    mount     = data.aws_ec2_instance_type.this.instance_storage_supported ? "/opt/dlami/nvme" : null
+  }
+}
+
+output "autostop" {
+  description = "The boot guard each host gets in its user data: { guard (idle time or expiry set), settings (/etc/tfcluster/autostop.json: the autostop role's keys plus expires_at) }."
+  value       = { guard = local.autostop_guard, settings = local.autostop_settings }
+}
+
 output "launch" {
-  description = "What a root needs to launch the hosts itself (launch_instances = false): ami_id, instance_type, key_name, subnet_id, security_group_ids, placement_group, iam_instance_profiles (slot name -> profile), user_data, shutdown_behavior, monitoring, metadata_hop_limit, root_volume { size, kms_key_id } and slot_tags (slot name -> tags)."
+  description = "What a root needs to launch the hosts itself (launch_instances = false): ami_id, instance_type, key_name, subnet_id, security_group_ids, placement_group, iam_instance_profiles (slot name -> profile), user_data (with the boot guard), shutdown_behavior, monitoring, metadata_hop_limit, root_volume { size, kms_key_id, throughput, iops }, capacity { preference, reservation_id, capacity_block } and slot_tags (slot name -> tags)."
   value = {
     ami_id                = local.ami_id
     instance_type         = var.instance_type
@@ -127,11 +152,12 @@ output "launch" {
     security_group_ids    = [aws_security_group.this.id]
     placement_group       = local.placement
     iam_instance_profiles = local.instance_profiles
-    user_data             = var.user_data
+    user_data             = local.user_data
     shutdown_behavior     = var.autostop_down
     monitoring            = var.monitoring
     metadata_hop_limit    = var.metadata_hop_limit
-    root_volume           = { size = var.root_volume_size, kms_key_id = var.root_volume_kms_key_id }
+    root_volume           = { size = var.root_volume_size, kms_key_id = var.root_volume_kms_key_id, throughput = var.root_volume_throughput, iops = var.root_volume_iops }
+    capacity              = var.capacity
     slot_tags             = local.slot_tags
   }
 }

@@ -80,7 +80,7 @@ variable "gpus_per_instance" {
 # Image, access
 # ---------------------------------------------------------------------------------------------------------------
 variable "ami_id" {
-  description = "AMI for every host. null: the newest AWS Deep Learning AMI matching ami_name_filter (pin an id in production so a new AMI release does not replace the cluster)."
+  description = "AMI for new hosts. null: the newest AWS Deep Learning AMI matching ami_name_filter. Either way it is decided once, at the first apply, and kept (terraform_data.ami): a changed ami_id or a newer image reaches the hosts only with AMI=refresh (terraform apply -replace=module.cluster.terraform_data.ami), which replaces every host."
   type        = string
   default     = null
 
@@ -246,6 +246,42 @@ variable "efa" {
   nullable    = false
 }
 
+variable "capacity" {
+  description = "Where the hosts' capacity comes from. preference \"open\" (default: an open On-Demand Capacity Reservation that matches type and zone is used automatically, else plain On-Demand) or \"none\" (never a reservation); reservation_id = \"cr-...\": only that reservation (an On-Demand Capacity Reservation, or with capacity_block = true a Capacity Block for ML, launched with market type capacity-block). reservation_id, none and capacity_block need aws_instance arguments that hashicorp/aws 3.39 lacks: the hosts are then launched by infra/examples/efa (launch_instances = false)."
+  type = object({
+    preference     = optional(string, "open")
+    reservation_id = optional(string)
+    capacity_block = optional(bool, false)
+  })
+  default  = {}
+  nullable = false
+
+  validation {
+    condition     = contains(["open", "none"], var.capacity.preference)
+    error_message = "capacity.preference must be \"open\" or \"none\". Fix: \"open\" uses a matching open Capacity Reservation when there is one, \"none\" never uses one; to use one reservation set reservation_id instead."
+  }
+  validation {
+    condition     = var.capacity.reservation_id == null || can(regex("^cr-[0-9a-f]{8,17}$", coalesce(var.capacity.reservation_id, "-")))
+    error_message = "capacity.reservation_id must look like \"cr-0123456789abcdef0\". Fix: copy the id from the EC2 console (Capacity Reservations), or leave it null."
+  }
+  validation {
+    condition     = var.capacity.reservation_id == null || var.capacity.preference == "open"
+    error_message = "capacity.reservation_id and preference = \"none\" contradict each other (EC2 takes a preference or a target, not both). Fix: keep reservation_id to launch into that reservation, or drop it for preference \"none\"."
+  }
+  validation {
+    condition     = !var.capacity.capacity_block || var.capacity.reservation_id != null
+    error_message = "capacity.capacity_block needs the Capacity Block's reservation id. Fix: set capacity = { capacity_block = true, reservation_id = \"cr-...\" } (EC2 console: Capacity Reservations, the block's id)."
+  }
+  validation {
+    condition     = !var.spot.enabled || (var.capacity.reservation_id == null && var.capacity.preference == "open")
+    error_message = "spot.enabled with a Capacity Reservation or Capacity Block: spot hosts never launch into reservations. Fix: turn spot off to use the reservation, or drop capacity.reservation_id / preference."
+  }
+  validation {
+    condition     = !var.launch_instances || (var.capacity.reservation_id == null && var.capacity.preference == "open")
+    error_message = "capacity.reservation_id, capacity_block and preference = \"none\" need the capacity reservation and market type arguments of aws_instance, which hashicorp/aws 3.39 (the provider this module validates on) lacks. Fix: launch the hosts from infra/examples/efa (hashicorp/aws >= 6.10; it also attaches EFA where the type has it), which passes capacity to each host, or keep capacity = {} (an open reservation matching type and zone is used anyway)."
+  }
+}
+
 variable "root_volume_size" {
   description = "Root volume size in GiB (encrypted gp3)."
   type        = number
@@ -262,6 +298,32 @@ variable "root_volume_kms_key_id" {
   description = "KMS key ARN for the root volumes. null: the account's default EBS key."
   type        = string
   default     = null
+}
+
+variable "root_volume_throughput" {
+  description = "Throughput of each gp3 root volume in MiB/s (125-1000; at most 0.25 MiB/s per provisioned IOPS). null: gp3's baseline, 125."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.root_volume_throughput == null || try(var.root_volume_throughput >= 125 && var.root_volume_throughput <= 1000 && floor(var.root_volume_throughput) == var.root_volume_throughput, false)
+    error_message = "root_volume_throughput must be a whole number of MiB/s from 125 to 1000 (gp3 at launch). Fix: e.g. 500, or null for the baseline 125."
+  }
+  validation {
+    condition     = var.root_volume_throughput == null || try(var.root_volume_throughput <= 0.25 * coalesce(var.root_volume_iops, 3000), true)
+    error_message = "root_volume_throughput is above 0.25 MiB/s per IOPS of root_volume_iops (3000 when null), gp3's limit. Fix: raise root_volume_iops to at least 4 x the throughput (e.g. 4000 for 1000 MiB/s), or lower the throughput."
+  }
+}
+
+variable "root_volume_iops" {
+  description = "Provisioned IOPS of each gp3 root volume (3000-16000). null: gp3's baseline, 3000."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.root_volume_iops == null || try(var.root_volume_iops >= 3000 && var.root_volume_iops <= 16000 && floor(var.root_volume_iops) == var.root_volume_iops, false)
+    error_message = "root_volume_iops must be a whole number from 3000 to 16000 (gp3). Fix: e.g. 6000, or null for the baseline 3000."
+  }
 }
 
 variable "metadata_hop_limit" {
@@ -333,9 +395,18 @@ variable "associate_public_ip" {
 }
 
 variable "user_data" {
-  description = "Cloud-init user data for every host."
+  description = "Your cloud-init user data for every host: a #cloud-config document, a #! script or a #include list. It goes to cloud-init beside the module's boot guard (a MIME multipart; the guard's write_files and runcmd are appended to yours). Runs once, at the first boot: later changes do not reach running hosts."
   type        = string
   default     = null
+
+  validation {
+    condition     = var.user_data == null || anytrue([for marker in ["#cloud-config", "#!", "#include"] : startswith(coalesce(var.user_data, "-"), marker)])
+    error_message = "user_data must begin with #cloud-config, #! or #include: the module sends it to cloud-init as one part of a MIME multipart beside the boot guard. Fix: give one #cloud-config document (or one #! script), not a MIME document or gzip data."
+  }
+  validation {
+    condition     = var.user_data == null || !strcontains(coalesce(var.user_data, "-"), "==tfcluster-boot-guard-7f3c==")
+    error_message = "user_data contains the module's MIME boundary ==tfcluster-boot-guard-7f3c==. Fix: remove that string from user_data."
+  }
 }
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -384,6 +455,18 @@ variable "flow_log_destination_arn" {
 # ---------------------------------------------------------------------------------------------------------------
 # Cost guard
 # ---------------------------------------------------------------------------------------------------------------
+variable "autostop_idle_minutes" {
+  description = "Boot guard: power a host off when no tfcluster job unit has been active for this many minutes since boot (0: no idle stop). Written into the user data with expires_at; the autostop role takes the same settings over when the host is prepared (make autostop IDLE=... changes them later)."
+  type        = number
+  default     = 30
+  nullable    = false
+
+  validation {
+    condition     = var.autostop_idle_minutes >= 0 && var.autostop_idle_minutes <= 525600 && floor(var.autostop_idle_minutes) == var.autostop_idle_minutes
+    error_message = "autostop_idle_minutes must be a whole number of minutes from 0 (off) to 525600 (a year). Fix: e.g. 30 (IDLE=30m), or 0 to keep idle hosts up (IDLE=off; expires_at still stops them)."
+  }
+}
+
 variable "autostop_down" {
   description = "What a host that powers itself off (the autostop role after IDLE minutes) becomes: \"stop\" (EBS kept, no compute cost; start it again later) or \"terminate\" (gone, root volume deleted). Spot hosts (one-time requests) can only terminate."
   type        = string
@@ -415,10 +498,11 @@ variable "expires_at" {
 # IAM
 # ---------------------------------------------------------------------------------------------------------------
 variable "checkpoint_s3" {
-  description = "S3 location the hosts may read and write checkpoints under (bucket and key prefix, no leading/trailing '/'). null: no S3 access."
+  description = "S3 location the hosts may read and write checkpoints under (bucket and key prefix, no leading/trailing '/'); kms_key_arn: the KMS key that encrypts it (SSE-KMS), which the hosts may then use for objects under the prefix only (kms:Decrypt, kms:GenerateDataKey through S3). null: no S3 access."
   type = object({
-    bucket = string
-    prefix = string
+    bucket      = string
+    prefix      = string
+    kms_key_arn = optional(string)
   })
   default = null
 
@@ -429,6 +513,33 @@ variable "checkpoint_s3" {
   validation {
     condition     = var.checkpoint_s3 == null || can(regex("^[^/].*[^/]$", var.checkpoint_s3.prefix))
     error_message = "checkpoint_s3.prefix must be a non-empty key prefix without a leading or trailing '/'. Fix: e.g. \"tfcluster/checkpoints\"."
+  }
+  validation {
+    condition     = try(var.checkpoint_s3.kms_key_arn == null, true) || can(regex("^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/(mrk-)?[0-9a-f-]{32,36}$", var.checkpoint_s3.kms_key_arn))
+    error_message = "checkpoint_s3.kms_key_arn must be a KMS key ARN (arn:aws:kms:REGION:ACCOUNT:key/KEY-ID), not an alias or a key id alone. Fix: copy the key's ARN from the KMS console, or leave it null for SSE-S3 buckets."
+  }
+}
+
+variable "data_s3" {
+  description = "S3 location the hosts may read datasets from (read only: list the prefix, get its objects); kms_key_arn: the KMS key its objects are encrypted with (kms:Decrypt through S3 only). prefix \"\" is the whole bucket. null: no read access beyond checkpoint_s3."
+  type = object({
+    bucket      = string
+    prefix      = optional(string, "")
+    kms_key_arn = optional(string)
+  })
+  default = null
+
+  validation {
+    condition     = var.data_s3 == null || can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.data_s3.bucket))
+    error_message = "data_s3.bucket must be a bucket name, not an s3:// URI or ARN. Fix: e.g. \"my-datasets\"."
+  }
+  validation {
+    condition     = try(var.data_s3.prefix == "", true) || can(regex("^[^/](.*[^/])?$", var.data_s3.prefix))
+    error_message = "data_s3.prefix must be a key prefix without a leading or trailing '/' (\"\" for the whole bucket). Fix: e.g. \"datasets/mnist\"."
+  }
+  validation {
+    condition     = try(var.data_s3.kms_key_arn == null, true) || can(regex("^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/(mrk-)?[0-9a-f-]{32,36}$", var.data_s3.kms_key_arn))
+    error_message = "data_s3.kms_key_arn must be a KMS key ARN (arn:aws:kms:REGION:ACCOUNT:key/KEY-ID). Fix: copy the key's ARN from the KMS console, or leave it null."
   }
 }
 

@@ -1,5 +1,5 @@
 """Inputs are data, never code (issue 14): Jinja in any field of a host file, an EC2 tag or a Terraform output is
-refused where it enters, naming the field and the fix. (tests/integration/inventory/test_inventory_injection.py runs
+refused where it enters, naming the field and the fix. (tests/integration/inventory/test_injection.py runs
 the same inputs through ansible-playbook and shows nothing ran.)"""
 
 from __future__ import annotations

@@ -105,3 +105,21 @@ def test_a_notice_reaches_the_terminal_escaped() -> None:
     text = out.getvalue()
     assert "note: local slots share this machine's network\\x1b[2J" in text
     assert "\x1b" not in text
+
+
+def test_a_host_unreachable_from_here_is_said_on_the_progress_block_escaped() -> None:
+    """The wait's note (ssh's own words: host text) sits under the header; the state fits the line."""
+    from tfcluster.run.wait import unreachable_state
+
+    out = io.StringIO()
+    v = view.View(out, tty=True)
+    state = unreachable_state(3725)
+    tasks = [{"host": "w0", "slot": "worker:0", "state": "running"}, {"host": "w1", "slot": "worker:1",
+                                                                       "state": state}]
+    v.handle({"event": "progress", "elapsed": 5, "tasks": tasks, "note": "w1 unreachable from here (\x1b[2J)"})
+    v.handle({"event": "progress", "elapsed": 7, "tasks": tasks, "note": ""})
+    text = out.getvalue()
+    assert "         note: w1 unreachable from here (\\x1b[2J)\n" in text and "\x1b[2J" not in text
+    assert state == "unreachable from here (1h02m, retrying)" and f"worker:1    {state}" in text
+    assert text.count("\x1b[4F") == 1  # the second block redraws the first one's 4 lines (header, note, 2 tasks)
+    assert text.endswith("\x1b[2K\n")  # and blanks the line the note left

@@ -1,4 +1,4 @@
-# Issue 9, one contract: every instance carries every tag key of tfcluster/contract.py TAG_KEYS with its value.
+# Issue 9, one contract: every instance carries every tag key of tfcluster/core/contract.py TAG_KEYS with its value.
 # The keys themselves are compared with the contract by tests/unit/infra/test_infra_module_contract.py; here the
 # planned tags are read through output.tag_keys, so this file holds no copy of them.
 

@@ -4,9 +4,15 @@ Every ``interval`` seconds it reads every task's status at once (a thread per ho
 tfcluster.host.jobstatus status SPEC`` over ssh, the way Ansible reaches the host - tfcluster.run.reach; a local slot
 is read in-process), decides with tfcluster.run.wait.decide, emits a ``progress`` event and, at least every
 ``print_every`` seconds (and whenever a task changes state), prints one line per task. It returns when the job is
-done or over (failed, stalled, preempted, timeout, stopped) with the culprit, its log tail and the failure summary
-(tfcluster.run.failure) - and a ``decision`` event. It starts and stops nothing: the playbook stops every task on a
-failed decision.
+done or over (failed, stalled, preempted, timeout, stopped, unreachable) with the culprit, its log tail and the
+failure summary (tfcluster.run.failure) - and a ``decision`` event. It starts and stops nothing: the playbook stops
+every task on a failed decision.
+
+A host this machine cannot reach (ssh fails to connect, or no answer within the poll timeout) is retried with a
+backoff (:func:`backoff`: ``interval`` doubled per failed poll, at most BACKOFF_MAX s) and shown as "unreachable from
+here (12 s, retrying)"; it fails the job only after ``unreachable_grace`` (see tfcluster.run.wait). A slow poll
+never holds the others: each host has at most one poll in flight, and a round uses each host's latest answer
+(:class:`Poller`). What the wait will not wait for (its own limit, the grace, the stall) is printed when it starts.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ import os
 import selectors
 import subprocess
 import time
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from typing import Any
 
 from ansible.plugins.action import ActionBase
@@ -31,7 +38,7 @@ from tfcluster.run import events
 from tfcluster.run.failure import summarize
 from tfcluster.run.reach import Reach, ReachError
 from tfcluster.run.view import task_line
-from tfcluster.run.wait import OVER, RUNNING, Settings, decide, kind, log_lines, shown
+from tfcluster.run.wait import OVER, RUNNING, Settings, decide, duration_text, kind, log_lines, shown
 
 DOCUMENTATION = r"""
 name: wait
@@ -63,13 +70,21 @@ options:
     type: float
     default: 10
   timeout:
-    description: The wait's own limit in seconds (then the decision is timeout).
+    description: The wait's own limit in seconds (then the decision is timeout); 0 - none (the hosts hold the job's
+      deadline, MAX_DURATION).
     type: float
-    default: 86400
+    default: 0
   stall_timeout:
-    description: A running task whose status.json and log do not change for this long stalls the job.
+    description: Seconds without progress that stall the job - while a task's status.json says C(training), its
+      epoch and step must advance (at an epoch boundary twice this plus the longest epoch seen); another phase is
+      progress; a task that names no phase must change its status.json or log. 0 - off.
     type: float
     default: 600
+  unreachable_grace:
+    description: Seconds a host may stay unreachable from here before the job fails naming it (every host
+      unreachable that long - the decision C(unreachable), nothing stopped). Until then it is retried with a backoff.
+    type: float
+    default: 1800
   max_duration:
     description: The job's deadline in seconds (named in a timeout's message; 0 - none).
     type: float
@@ -89,7 +104,8 @@ options:
 """
 
 RETURN = r"""
-decision: {description: running (once), done, failed, stalled, preempted, timeout or stopped, type: str}
+decision: {description: "running (once), done, failed, stalled, preempted, timeout, stopped or unreachable (every
+    host unreachable from here beyond the grace: nothing can be stopped)", type: str}
 culprit: {description: The host the decision is about (null when done), type: str}
 message: {description: What happened and what to do, type: str}
 log_tail: {description: The culprit's last log lines, type: list}
@@ -105,8 +121,9 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "job": {"type": "str", "default": ""},
     "interval": {"type": "float", "default": 2.0},
     "print_every": {"type": "float", "default": 10.0},
-    "timeout": {"type": "float", "default": 86400.0},
+    "timeout": {"type": "float", "default": 0.0},
     "stall_timeout": {"type": "float", "default": 600.0},
+    "unreachable_grace": {"type": "float", "default": 1800.0},
     "max_duration": {"type": "float", "default": 0.0},
     "require_done": {"type": "bool", "default": True},
     "log_lines": {"type": "int", "default": 20},
@@ -177,11 +194,13 @@ def read_bounded(argv: list[str], timeout: float) -> tuple[int, str, str, bool]:
 
 
 def poll(target: Mapping[str, Any], lines: int, timeout: float) -> dict[str, Any]:
-    """{"status": ...} or {"error": text, "unreachable": bool} for one host."""
+    """{"status": ...} or {"error": text, "unreachable": bool} for one host. Unreachable: ssh could not connect
+    (exit 255), the answer did not come within ``timeout``, or no ssh could start; a bad target is not (no retry
+    mends it)."""
     try:
         reach = Reach.from_info(target["reach"])
     except (ReachError, KeyError, TypeError, ValueError) as error:
-        return {"error": str(error), "unreachable": True}
+        return {"error": f"cannot reach it: {error}. Fix: check its inventory entry"}
     if reach.local:
         try:
             return {"status": jobstatus.status(target["spec"], target.get("unit") or None, lines)}
@@ -190,7 +209,9 @@ def poll(target: Mapping[str, Any], lines: int, timeout: float) -> dict[str, Any
     try:
         argv = reach.argv(status_words(target, lines), extra_ssh_options=CONTROL)
         returncode, stdout, stderr, over = read_bounded(argv, timeout)
-    except (ReachError, OSError) as error:
+    except ReachError as error:
+        return {"error": f"cannot reach it: {error}"}
+    except OSError as error:  # no ssh could start (too many processes): it may next time
         return {"error": str(error), "unreachable": True}
     except subprocess.TimeoutExpired:
         return {"error": f"no answer within {timeout:.0f} s", "unreachable": True}
@@ -218,43 +239,126 @@ def parse_answer(returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
     return {"error": printable(error, 400) if isinstance(error, str) else f"rc={returncode}: no state in {shown(data)}"}
 
 
+BACKOFF_MAX = 60.0  # seconds between two polls of a host unreachable from here, at most
+
+
+def backoff(failures: int, interval: float) -> float:
+    """Seconds before a host is polled again after ``failures`` unreachable answers in a row: ``interval`` doubled
+    per failure (2, 4, 8 ... for a 1 s interval), at most BACKOFF_MAX."""
+    return min(BACKOFF_MAX, interval * 2.0 ** min(max(failures, 0), 16))
+
+
+def is_unreachable(answer: object) -> bool:
+    return isinstance(answer, Mapping) and answer.get("unreachable") is True
+
+
+class Poller:
+    """Each host's latest answer. At most one poll per host is in flight; a host unreachable from here is polled
+    again only after :func:`backoff`; a round waits at most ``wait`` s for the polls in flight (the first round
+    waits for every host), so a host whose ssh hangs keeps its previous answer while the others go on."""
+
+    def __init__(self, targets: Mapping[str, Mapping[str, Any]], lines: int, timeout: float, interval: float, *,
+                 poll_fn: Callable[[Mapping[str, Any], int, float], dict[str, Any]] = poll,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.targets, self.lines, self.timeout, self.interval = targets, lines, timeout, interval
+        self.poll_fn, self.clock = poll_fn, clock
+        self.pool = ThreadPoolExecutor(max_workers=max(1, min(32, len(targets))))
+        self.answers: dict[str, dict[str, Any]] = {}
+        self.failures = dict.fromkeys(targets, 0)
+        self.due = dict.fromkeys(targets, 0.0)
+        self.inflight: dict[str, Future[dict[str, Any]]] = {}
+
+    def round(self, wait: float) -> dict[str, dict[str, Any]]:
+        """Start the polls that are due, wait for answers, and return every host's latest answer (slot order)."""
+        now = self.clock()
+        for host, target in self.targets.items():
+            if host not in self.inflight and now >= self.due[host]:
+                self.inflight[host] = self.pool.submit(self.poll_fn, target, self.lines, self.timeout)
+        first = any(host not in self.answers for host in self.targets)
+        wait_for(list(self.inflight.values()), timeout=None if first else wait)
+        for host, future in list(self.inflight.items()):
+            if future.done():
+                del self.inflight[host]
+                self.record(host, _result(future))
+        return {host: self.answers[host] for host in self.targets if host in self.answers}
+
+    def record(self, host: str, answer: dict[str, Any]) -> None:
+        self.answers[host] = answer
+        self.failures[host] = self.failures[host] + 1 if is_unreachable(answer) else 0
+        self.due[host] = self.clock() + backoff(self.failures[host], self.interval) if self.failures[host] else 0.0
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _result(future: Future[dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return future.result()
+    except Exception as error:  # a poll that broke is a status nobody can read, not an unreachable host
+        return {"error": f"the poll failed: {type(error).__name__}: {error}"}
+
+
+def limits_text(job: str, settings: Settings) -> str:
+    """What the wait will not wait for, said when it starts: its own limit, the unreachable grace, the stall."""
+    limit = (f"it gives up after {duration_text(settings.timeout)} (tf_job_wait_timeout: the deadline plus a margin)"
+             if settings.timeout > 0 else "no time limit of its own (MAX_DURATION, held by the hosts, ends a job)")
+    stall = (f"a task that makes no progress for {duration_text(settings.stall_timeout)} stalls it (STALL)"
+             if settings.stall_timeout > 0 else "no stall check (STALL=off)")
+    return (f"waiting for job {job}: {limit}; a host unreachable from here is retried for up to "
+            f"{duration_text(settings.unreachable_grace)} (UNREACHABLE_GRACE); {stall}. Interrupting this command "
+            "leaves the job running: `make wait` re-attaches")
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
-
-    def poll_all(self, targets: Mapping[str, Any], lines: int, timeout: float) -> dict[str, dict[str, Any]]:
-        with ThreadPoolExecutor(max_workers=max(1, min(32, len(targets)))) as pool:
-            futures = {host: pool.submit(poll, target, lines, timeout) for host, target in targets.items()}
-            return {host: future.result() for host, future in futures.items()}
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         targets = dict(sorted(args["targets"].items(), key=lambda item: slot_key(item[1].get("slot", ""))))
         settings = Settings(chief=args["chief_host"], require_done=args["require_done"], timeout=args["timeout"],
-                            stall_timeout=args["stall_timeout"], max_duration=args["max_duration"])
+                            stall_timeout=args["stall_timeout"], max_duration=args["max_duration"],
+                            unreachable_grace=args["unreachable_grace"], retrying=not args["once"])
+        if not args["once"]:
+            text = limits_text(printable(args["job"]), settings)
+            display.display(text)
+            events.emit("notice", msg=text)
+        poller = Poller(targets, args["log_lines"], max(30.0, args["interval"] * 5), args["interval"])
+        try:
+            out, polls = self.loop(args, targets, settings, poller)
+        finally:
+            poller.close()
+        result.update(self.verdict(out, targets, polls))
+        return result
+
+    def loop(self, args: Mapping[str, Any], targets: Mapping[str, Any], settings: Settings,
+             poller: Poller) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """Poll, decide, show, until the decision is not running (once: one round)."""
         slots = {host: str(target.get("slot", "")) for host, target in targets.items()}
         started, seen, printed, shown = time.time(), {}, 0.0, None
         while True:
             round_start = time.time()
-            polls = self.poll_all(targets, args["log_lines"], max(30.0, args["interval"] * 5))
+            polls = poller.round(args["interval"])
             out = decide(polls, slots, seen, now=time.time(), started=started, settings=settings)
             seen = out["seen"]
-            events.emit("progress", tasks=out["tasks"], elapsed=out["elapsed"], decision=out["decision"])
-            states = [task["state"] for task in out["tasks"]]
+            events.emit("progress", tasks=out["tasks"], elapsed=out["elapsed"], decision=out["decision"],
+                        note=out["note"])
+            # A change of state prints at once; an unreachable host's growing seconds do not count as one.
+            states = [str(task["state"]).partition(" (")[0] for task in out["tasks"]]
             over = args["once"] or out["decision"] != RUNNING
             if over or states != shown or time.time() - printed >= args["print_every"]:
                 self.show(args["job"], out)
                 printed, shown = time.time(), states
             if over:
-                break
+                return out, polls
             time.sleep(max(0.0, args["interval"] - (time.time() - round_start)))
-        result.update(self.verdict(out, targets, polls))
-        return result
 
     @staticmethod
     def show(job: str, out: Mapping[str, Any]) -> None:
         display.display(f"[{out['elapsed']:.0f}s] job {printable(job)}: {printable(out['decision'])}")
+        if out.get("note"):
+            display.display(f"  note: {printable(out['note'], 600)}")  # it quotes ssh's error
         for task in out["tasks"]:
             display.display("  " + task_line(task))  # task_line escapes what the host wrote
 
@@ -263,7 +367,7 @@ class ActionModule(ActionBase):
         culprit = out["culprit"]
         log_tail: list[str] = []
         error = None
-        if culprit in targets and out["decision"] in OVER:
+        if culprit in targets and out["decision"] in OVER and not is_unreachable(polls.get(culprit)):
             log_tail = log_lines((polls.get(culprit) or {}).get("status"))
             error = summarize(log_lines(poll(targets[culprit], SUMMARY_LINES, 60.0).get("status")) or log_tail)
         events.emit("decision", decision=out["decision"], culprit=culprit, message=out["message"],

@@ -7,9 +7,9 @@ DOCUMENTATION = r"""
 module: driver_facts
 short_description: Gather a host's GPU facts and decide what the NVIDIA driver role does
 description:
-  - Reads the PCI devices (vendor and class of each), the OS release, architecture and kernel, Secure Boot, whether
-    C(nvidia-smi) works and, on Ubuntu with an NVIDIA GPU, whether apt offers Canonical's precompiled modules for the
-    running kernel.
+  - Reads the PCI devices (vendor, class and device id of each), the OS release, architecture and kernel, Secure
+    Boot, whether C(nvidia-smi) works, the installed driver's version (its package, else the loaded module) and, on
+    Ubuntu with an NVIDIA GPU, whether apt offers Canonical's precompiled modules for the running kernel.
   - Returns the facts and the plan of C(tfcluster.host.drivers.plan) (skip, verify, install or refuse, with the
     packages).
   - Read-only.
@@ -17,9 +17,14 @@ author: tfcluster (@tfcluster)
 version_added: "1.0.0"
 options:
   branch:
-    description: The pinned driver branch (Ubuntu server branches, e.g. C(550)).
+    description: The driver branch (Ubuntu server branches, e.g. C(580)); '' - the distribution's (docs/playbooks.md).
     type: str
-    default: "550"
+    default: ""
+  modules:
+    description: The kernel modules - C(auto) (open on Turing and newer), C(open) or C(proprietary).
+    type: str
+    choices: [auto, open, proprietary]
+    default: auto
   instance_type:
     description: The host's EC2 instance type, when known ('' on-prem).
     type: str
@@ -36,7 +41,6 @@ extends_documentation_fragment:
 EXAMPLES = r"""
 - name: Decide what to do about the GPU driver
   tfcluster.cluster.driver_facts:
-    branch: "550"
     instance_type: p4d.24xlarge
   register: driver
 """
@@ -44,11 +48,12 @@ EXAMPLES = r"""
 RETURN = r"""
 facts:
   description: The gathered facts (distribution, version, arch, kernel, pci, smi_works, secure_boot, available,
-    nouveau_loaded).
+    driver_version, nouveau_loaded).
   returned: always
   type: dict
 plan:
-  description: "C({action, reason, method, packages, module_packages, nonfree, fabric_manager, persistenced})."
+  description: "C({action, reason, method, modules, branch, packages, module_packages, nonfree, fabric_manager,
+    persistenced})."
   returned: always
   type: dict
 smi:
@@ -67,9 +72,12 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tfcluster.cluster.plugins.module_utils.host.drivers import (
     NVIDIA_VENDOR,
     HostFacts,
+    default_branch,
+    kernel_modules,
     nvidia_gpus,
     plan,
     precompiled_packages,
+    upstream_version,
 )
 
 SECURE_BOOT_GLOB = "/sys/firmware/efi/efivars/SecureBoot-*"
@@ -89,9 +97,22 @@ def os_release(path: str = "/etc/os-release") -> tuple[str, str]:
     return {"ubuntu": "Ubuntu", "debian": "Debian"}.get(ident, ident), fields.get("VERSION_ID", "").strip('"')
 
 
-def pci_devices(root: str = "/sys/bus/pci/devices") -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((read(os.path.join(d, "vendor")).lower(), read(os.path.join(d, "class")).lower())
+def pci_devices(root: str = "/sys/bus/pci/devices") -> tuple[tuple[str, str, str], ...]:
+    """(vendor, class, device id) of every PCI device."""
+    return tuple(sorted(tuple(read(os.path.join(d, name)).lower() for name in ("vendor", "class", "device"))
                         for d in glob.glob(os.path.join(root, "*"))))
+
+
+def installed_driver_version(branch: str) -> str:
+    """The installed driver's version: its user-space package (what runs after a reboot), else the loaded module's."""
+    if shutil.which("dpkg-query"):
+        for package in (f"nvidia-utils-{branch}-server", "nvidia-smi"):
+            proc = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Abbrev} ${Version}", package],
+                                  capture_output=True, text=True, check=False)
+            status, _, version = proc.stdout.partition(" ")
+            if proc.returncode == 0 and status.startswith("ii") and upstream_version(version):
+                return upstream_version(version)
+    return upstream_version(read("/sys/module/nvidia/version"))
 
 
 def secure_boot() -> bool:
@@ -133,7 +154,9 @@ def apt_candidates(names: list[str]) -> frozenset[str]:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"branch": {"type": "str", "default": "550"},
+    module = AnsibleModule(argument_spec={"branch": {"type": "str", "default": ""},
+                                          "modules": {"type": "str", "default": "auto",
+                                                      "choices": ["auto", "open", "proprietary"]},
                                           "instance_type": {"type": "str", "default": ""},
                                           "local": {"type": "bool", "default": False}},
                            supports_check_mode=True)
@@ -141,18 +164,23 @@ def main() -> None:
     kernel = platform.release()
     pci = pci_devices()
     smi = smi_lines()
+    branch = module.params["branch"] or default_branch(distribution, version)
     available: frozenset[str] = frozenset()
     if nvidia_gpus(pci) and smi is None and distribution == "Ubuntu":
-        available = apt_candidates(list(precompiled_packages(module.params["branch"], kernel)))
+        kind = kernel_modules(pci, module.params["modules"])[0]
+        available = apt_candidates(list(precompiled_packages(branch, kernel, kind)))
+    driver_version = installed_driver_version(branch) if nvidia_gpus(pci) else ""
     facts = HostFacts(distribution=distribution, version=version, arch=platform.machine(), kernel=kernel,
                       instance_type=module.params["instance_type"], pci=pci, smi_works=smi is not None,
-                      secure_boot=secure_boot(), local=module.params["local"], available=available)
-    result = plan(facts, module.params["branch"])
+                      secure_boot=secure_boot(), local=module.params["local"], available=available,
+                      driver_version=driver_version)
+    result = plan(facts, branch, module.params["modules"])
     module.exit_json(changed=False, plan=result.to_dict(), smi=smi or [],
                      facts={"distribution": distribution, "version": version, "arch": facts.arch, "kernel": kernel,
                             "nvidia_gpus": nvidia_gpus(pci), "nvidia_vendor": NVIDIA_VENDOR,
                             "pci": [list(p) for p in pci], "smi_works": facts.smi_works,
                             "secure_boot": facts.secure_boot, "available": sorted(available),
+                            "driver_version": driver_version,
                             "nouveau_loaded": os.path.isdir("/sys/module/nouveau")})
 
 

@@ -10,6 +10,10 @@ description:
   - C(rendered) writes the job's directories, its environment file and spec (mode 0640, owner root, the job's
     group - the job's user reads them, nobody else) and, for the systemd backend, its unit. A file is rewritten only
     when its content or mode differs; C(unit_changed) says whether systemd must reload.
+  - With C(home) it also makes the job's own home as the job user (its cache directories, and the Keras dataset
+    cache filled from the host's verified datasets where the file is the one Keras accepts) and the S3 dataset cache
+    C(<datasets>/s3) owned by the job user (C(tfcluster.host.jobhome)); C(notes) says which datasets Keras would
+    download.
   - For the process backend (no C(unit)) it also creates the task's log file, empty, mode 0640, owner root, the
     job's group (the supervisor appends to it), or sets an existing log's mode and group - never its content, never
     through a symlink. The systemd backend logs to the journal.
@@ -49,6 +53,11 @@ options:
     description: Comment lines at the top of the environment file.
     type: str
     default: ""
+  home:
+    description: The job's home (C(rendered), real hosts) - C(path), C(datasets_dir) (the host's dataset dir, where
+      C(s3) is made) and C(keras_datasets) (dataset names whose file goes into the Keras cache). Made as the spec's
+      C(user).
+    type: dict
 extends_documentation_fragment:
   - tfcluster.cluster.attributes
   - tfcluster.cluster.attributes.changes
@@ -75,6 +84,10 @@ unit_changed:
   description: The unit file was written (systemd must reload).
   returned: when state is rendered
   type: bool
+notes:
+  description: Datasets whose file Keras would not accept from its cache (it would download them).
+  returned: when state is rendered
+  type: list
 files:
   description: Files the manifest lists (finalized; null when nothing was written).
   returned: when state is finalized
@@ -89,6 +102,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tfcluster.cluster.plugins.module_utils.core.files import atomic_write_text
+from ansible_collections.tfcluster.cluster.plugins.module_utils.host.jobhome import prepare as prepare_home
 from ansible_collections.tfcluster.cluster.plugins.module_utils.host.jobspec import render_env_file
 from ansible_collections.tfcluster.cluster.plugins.module_utils.host.supervisor import finalize, start, stop
 
@@ -205,7 +219,15 @@ def render(module: AnsibleModule) -> dict[str, Any]:
     unit_changed = bool(params["unit"]) and out.file(params["unit_path"], params["unit"], 0o644)
     if not params["unit"]:  # the process backend writes this log; a unit's output goes to the journal
         out.log_file(data["log"], group)
-    return {"changed": bool(out.changed), "unit_changed": unit_changed, "written": out.changed,
+    notes: list[str] = []
+    if params["home"]:
+        home = params["home"]
+        made = prepare_home(str(home["path"]), str(home["datasets_dir"]), list(home.get("keras_datasets") or []),
+                            data.get("user"), data.get("group"), check=module.check_mode)
+        if made["changed"]:
+            out.changed.append(str(home["path"]))
+        notes = made["notes"]
+    return {"changed": bool(out.changed), "unit_changed": unit_changed, "written": out.changed, "notes": notes,
             "diff": out.diff if module._diff else []}
 
 
@@ -221,6 +243,7 @@ def main() -> None:
             "unit_path": {"type": "path"},
             "group": {"type": "str"},
             "header": {"type": "str", "default": ""},
+            "home": {"type": "dict"},
         },
         required_if=[("state", "rendered", ("spec_data", "env"))],
         required_together=[("unit", "unit_path")],

@@ -10,7 +10,8 @@ description:
   - Reads the job's state here (C(state), C(done)) and the facts the job's rendering needs (C(systemd),
     C(default_interface)), then checks - the training port is free (skipped while the task runs), the runtime
     imports the job's modules, the deployed release has the expected digest, the listed files exist with their
-    sha256, and TensorFlow lists exactly C(gpus) GPUs as the job's user under the unit's sandbox (C(systemd-run)).
+    sha256, and TensorFlow lists exactly C(gpus) GPUs and runs a small op on each as the job's user under the
+    unit's sandbox (C(systemd-run)); with EFA (C(efa)) the sandbox gets C(sandbox.efa_properties) too.
   - Fails listing every problem; C(problems) holds them one by one. Starts and changes nothing, except a stamp
     under C(stamp_dir) that remembers a passed import or GPU check for as long as its inputs stay the same.
   - In check mode a release or runtime that is not there yet (a dry run on a fresh host) is not a problem.
@@ -50,10 +51,20 @@ options:
     type: int
     default: 0
   sandbox:
-    description: The job's user, group and the unit's sandbox properties for the GPU check (C(systemd-run -p)).
-      Without a user, or without systemd, the check runs as the module's user.
+    description: The job's user, group and the unit's sandbox properties for the GPU check (C(systemd-run -p)),
+      and C(efa_properties), added where EFA is used. Without a user, or without systemd, the check runs as the
+      module's user.
     type: dict
     default: {}
+  efa:
+    description: EFA in the job - C(auto) (where C(/dev/infiniband/uverbs*) exists), C(true) or C(false).
+    type: str
+    default: auto
+  efa_plugin_dirs:
+    description: Where the aws-ofi-nccl plugin may lie; the first that exists is returned.
+    type: list
+    elements: path
+    default: []
   stamp_dir:
     description: Where passed import and GPU checks are remembered ('' - never).
     type: path
@@ -104,6 +115,10 @@ gpus_seen:
   description: GPUs TensorFlow listed (null when not checked).
   returned: always
   type: int
+efa:
+  description: "C({enabled, devices, plugin_dir}): EFA's uverbs nodes here and the aws-ofi-nccl plugin dir."
+  returned: always
+  type: dict
 problems:
   description: Every problem found, each naming what and the fix.
   returned: always
@@ -131,6 +146,7 @@ from ansible_collections.tfcluster.cluster.plugins.module_utils.host.preflight i
     boot_id,
     default_interface,
     digest_problem,
+    efa_facts,
     file_problems,
     gpu_check_argv,
     gpu_problem,
@@ -192,12 +208,13 @@ class Checks:
             self.problems.append(problem)
         return digest
 
-    def gpus(self) -> int | None:
+    def gpus(self, efa: bool) -> int | None:
         count, python, sandbox = self.p["gpus"], self.p["python"], self.p["sandbox"] or {}
         if count <= 0 or not python or self.absent(python):
             return None
         user = sandbox.get("user") if systemd_booted() else None  # no systemd: the process backend's own way
-        argv = gpu_check_argv(python, user, sandbox.get("group"), sandbox.get("properties") or [])
+        properties = [*(sandbox.get("properties") or []), *((sandbox.get("efa_properties") or []) if efa else [])]
+        argv = gpu_check_argv(python, user, sandbox.get("group"), properties)
         driver = ""
         if os.path.exists("/proc/driver/nvidia/version"):
             with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as handle:
@@ -218,6 +235,8 @@ def main() -> None:
             "files": {"type": "dict", "default": {}},
             "gpus": {"type": "int", "default": 0},
             "sandbox": {"type": "dict", "default": {}},
+            "efa": {"type": "str", "default": "auto"},
+            "efa_plugin_dirs": {"type": "list", "elements": "path", "default": []},
             "stamp_dir": {"type": "path", "default": ""},
             "timeout": {"type": "int", "default": 300},
         },
@@ -233,10 +252,12 @@ def main() -> None:
     files = {str(k): str(v or "") for k, v in module.params["files"].items() if not checks.absent(str(k))}
     checks.problems += file_problems(files)
     checks.imports()
-    gpus_seen = checks.gpus()
+    efa = efa_facts(module.params["efa"], module.params["efa_plugin_dirs"])
+    efa["enabled"] = bool(efa["enabled"] and module.params["gpus"] > 0)  # EFA serves NCCL: GPU units only
+    gpus_seen = checks.gpus(efa["enabled"])
     result = {"changed": False, "state": state, "done": model_dir_facts(job.get("model_dir") or "/nonexistent")["done"],
               "digest": digest, "systemd": systemd_booted(), "default_interface": default_interface(),
-              "gpus_seen": gpus_seen, "problems": checks.problems, "remembered": checks.remembered}
+              "gpus_seen": gpus_seen, "efa": efa, "problems": checks.problems, "remembered": checks.remembered}
     if checks.problems:
         module.fail_json(msg="; ".join(checks.problems), **result)
     module.exit_json(**result)
