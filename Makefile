@@ -7,11 +7,12 @@ SHELL := bash
 MAKEFLAGS += --no-print-directory
 
 ##@ Variables (override on the command line: make train CLUSTER=onprem HOSTS=inventory/onprem.yml)
-CLUSTER  ?= local## local (emulated AWS on loopback, workers are local processes) | aws | onprem
+CLUSTER  ?= local## local (emulated AWS on loopback, workers are local processes) | aws | onprem | slurm
 WORKERS  ?= 2## number of workers for CLUSTER=local
 JOB      ?= mnist## job id: a finished job is not retrained; a new id is a new job
 STRATEGY ?= auto## auto | multi_worker_mirrored | parameter_server | mirrored | tpu
 HOSTS    ?= inventory/onprem.yml## on-prem host file (CLUSTER=onprem)
+SLURM    ?=## CLUSTER=slurm: the cluster file (login node, partition, nodes, shared dir, python; examples/slurm.example.yml)
 SCRIPT   ?=## bring your own training script instead of the built-in trainer
 SCRIPT_ARGS ?=## arguments of SCRIPT (split like a shell would, passed as literal arguments)
 SCRIPT_REQUIREMENTS ?=## hash-pinned requirements of SCRIPT, installed for the job alone (make lock SCRIPT_REQUIREMENTS=FILE writes FILE.lock)
@@ -40,7 +41,7 @@ BASE     ?=## test-changed: compare with this git ref (default: the uncommitted 
 TEST_WORKERS ?= 4## make test: pytest-xdist workers (the suite waits on hosts and timers more than it computes)
 ANSIBLE_ARGS ?=## extra ansible-playbook arguments (trusted), e.g. -e tf_job_stall_timeout=120
 WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tfcluster.prepare.wheelhouse)
-export CLUSTER WORKERS JOB STRATEGY HOSTS SCRIPT SCRIPT_ARGS SCRIPT_REQUIREMENTS KERAS TRAINER_ARGS EPOCHS
+export CLUSTER WORKERS JOB STRATEGY HOSTS SLURM SCRIPT SCRIPT_ARGS SCRIPT_REQUIREMENTS KERAS TRAINER_ARGS EPOCHS
 export BASE MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE YES IDLE MODE DOWN TTL DATASETS PREPARE
 export STALL UNREACHABLE_GRACE
 export AMI ALL_OR_NOTHING
@@ -107,6 +108,10 @@ clusters: setup-cluster ## Every tfcluster cluster in the region (EC2 tags): age
 .PHONY: start
 start: setup-cluster ## Start a stopped cluster (autostop stops idle hosts), refresh its addresses; then `make train` resumes
 	$(TFC) start
+
+.PHONY: slurm-up
+slurm-up: setup-cluster ## Make the hosts (CLUSTER=onprem HOSTS=..., or aws) one Slurm cluster; writes a cluster file for CLUSTER=slurm
+	$(TFC) slurm-up
 
 .PHONY: destroy
 destroy: setup-cluster ## Tear the machines down (checks that no tagged instance is left)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lab import system
 from lab.config import DEFAULT_LAB, LabError, bridge_name, front_bridge_name
+from lab.debs import ensure_debs
 from lab.paths import LabPaths, default_lab_dir
 from lab.rootfs import ensure_rootfs, is_current
 
@@ -37,6 +38,7 @@ def setup(lab_dir: Path | None = None, mirror: str | None = None, rebuild: bool 
                            "`python -m lab down --all` first")
         ensure_rootfs(paths.rootfs, mirror=mirror, rebuild=rebuild)
         ensure_keypair(paths.private_key)
+        ensure_debs(paths.rootfs, paths.root / "debs")  # what the slurm role installs on a lab host (no route out)
     return paths.rootfs
 
 

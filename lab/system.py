@@ -33,12 +33,12 @@ REQUIRED_COMMANDS: dict[str, str] = {
 
 
 def run(argv: Sequence[str], check: bool = True, timeout: float | None = None,
-        input: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a command, capture its output; raise LabError with the output when it fails and ``check``."""
+        input: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a command (in ``cwd``), capture its output; raise LabError with the output when it fails and ``check``."""
     log.debug("run: %s", " ".join(argv))
     try:
         proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, input=input,
-                              stdin=None if input is not None else subprocess.DEVNULL, check=False)
+                              stdin=None if input is not None else subprocess.DEVNULL, check=False, cwd=cwd)
     except FileNotFoundError:
         raise LabError(f"{argv[0]} is not installed; run `python -m lab setup`") from None
     except subprocess.TimeoutExpired as exc:

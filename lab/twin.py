@@ -276,16 +276,8 @@ class Twin:
         assert self.lab is not None
         done = {}
         for instance in instances:
-            name = lab_name(instance)
-            config = cloud_config(self.user_data(instance["InstanceId"]))
-            for item in config.get("write_files", []):
-                mode = str(item.get("permissions", "0644"))
-                path = str(item["path"])
-                self.lab.ssh(name, f"install -D -m {shlex.quote(mode)} /dev/stdin {shlex.quote(path)}",
-                             input=file_content(item))
-            for command in config.get("runcmd", []):
-                self.lab.ssh(name, command if isinstance(command, str) else shlex.join(map(str, command)))
-            done[name] = time.time()
+            apply_cloud_config(self.lab, lab_name(instance), self.user_data(instance["InstanceId"]))
+            done[lab_name(instance)] = time.time()
         return done
 
     def watch_power_off(self, instances: Sequence[Mapping[str, Any]], timeout: float = 600) -> dict[str, float]:
@@ -386,6 +378,43 @@ def render_override(url: str) -> str:
             "  skip_metadata_api_check     = true\n"
             f"  endpoints {{\n{endpoints}\n  }}\n"
             "}\n")
+
+
+MODULE = REPO / "infra" / "modules" / "gpu_cluster"
+
+
+def boot_guard_settings(idle_minutes: int = 30, expires_at: str | None = None, terminate: bool = False) -> str:
+    """jsonencode(local.autostop_settings) of infra/modules/gpu_cluster/userdata.tf: keys sorted, compact."""
+    settings = {"enabled": idle_minutes > 0, "idle_minutes": idle_minutes if idle_minutes > 0 else 30, "mode": "jobs",
+                "gpu_idle_percent": 0, "gpu_idle_window_minutes": 30, "terminate": terminate,
+                "uncollected_grace_minutes": 1440, "expires_at": expires_at}
+    return json.dumps(settings, sort_keys=True, separators=(",", ":"))
+
+
+def render_boot_guard(settings: str, enable: bool = True, interval: int = 60) -> str:
+    """The boot guard's user data as Terraform's templatefile() renders the module's template (its ${...}
+    and its one %{ if enable ~} block), for a host the twin did not launch (a lab host of its own)."""
+    import re
+
+    text = (MODULE / "templates" / "cloud-config.yaml.tpl").read_text()
+    guard = base64.b64encode(gzip.compress((MODULE / "files" / "boot_guard.py").read_bytes())).decode()
+    text = re.sub(r"%\{ if enable ~\}\n(.*?)%\{ endif ~\}\n?", lambda m: m.group(1) if enable else "", text,
+                  flags=re.S)
+    text = text.replace("${settings}", settings).replace("${guard}", guard).replace("${interval}", str(interval))
+    if "${" in text or "%{" in text:
+        raise TwinError(f"{MODULE / 'templates/cloud-config.yaml.tpl'} has a directive render_boot_guard does not "
+                        "know: teach it, or read the user data Terraform rendered (Twin.user_data)")
+    return text
+
+
+def apply_cloud_config(lab: Lab, name: str, user_data: str) -> None:
+    """What cloud-init does with a user data on the lab host ``name``, as root: write_files, then runcmd."""
+    config = cloud_config(user_data)
+    for item in config.get("write_files", []):
+        mode, path = str(item.get("permissions", "0644")), str(item["path"])
+        lab.ssh(name, f"install -D -m {shlex.quote(mode)} /dev/stdin {shlex.quote(path)}", input=file_content(item))
+    for command in config.get("runcmd", []):
+        lab.ssh(name, command if isinstance(command, str) else shlex.join(map(str, command)))
 
 
 def cloud_config(user_data: str) -> dict[str, Any]:

@@ -5,8 +5,12 @@ and the credentials).
 In order, on one twin: provision (an instance whose sshd starts 25 s late; host keys from the console output),
 train the default job (real MNIST, default settings but one epoch) over SSH by private IP as the AMI's `ubuntu`
 user, collect and verify; the same through a bastion with the hosts reachable only through it; a host whose key
-changed is refused naming it; destroy leaves no instance with the cluster tag. Figures (provision time, time to
-the first training step) are printed and written to <tmp>/twin-figures.json.
+changed is refused naming it; destroy leaves no instance with the cluster tag. Then a second cluster (issue 22),
+provisioned with IDLE=1 and never prepared: its boot guard (the user data, applied by the twin as cloud-init would)
+powers every instance off after the idle time; a newer image registered in the account replaces no instance while
+`make plan` names it; `make start` brings the stopped cluster back (the known host keys kept), a train stopped by its
+deadline is stopped again by autostop, started again, and `make train` resumes it. Figures (provision time, time to
+the first training step, boot guard power-off) are printed and written to <tmp>/twin-figures.json.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import pytest
 
 from lab.access import port_open
 from lab.layers import runtime_layer
-from lab.twin import CLUSTER, REGION, Twin, lab_name
+from lab.twin import AMI, CLUSTER, REGION, Twin, lab_name
 from tfcluster.core.files import verify_dir
 from tfcluster.prepare.wheelhouse import DEFAULT_DEST, build
 from tfcluster.provision import known_hosts
@@ -174,3 +178,94 @@ def test_destroy_leaves_no_instance_with_the_cluster_tag(twin: Twin) -> None:
     said = f"0 instances tagged tfcluster:cluster={CLUSTER} remain"
     assert said in run.output or said in _log_of(run.output), run.tail(30)
     assert not known_hosts.path_for(CLUSTER).exists()
+
+
+# ---- issue 22: the cost guard from the first minute, stop and start, a newer image ---------------------------------
+# A second cluster on the same twin, after the destroy above: provisioned with IDLE=1 (the boot guard's idle time) and
+# never prepared; the lab hosts play cloud-init (the user data moto holds) and the hypervisor (a host that powers
+# itself off is stopped in moto; `make start` boots it again with its disk).
+IDLE_MINUTES = 1
+
+
+def _states(twin: Twin) -> set[str]:
+    return {i["State"]["Name"] for i in twin.instances()}
+
+
+def _status(twin: Twin, host: str) -> dict[str, Any]:
+    assert twin.lab is not None
+    return json.loads(twin.lab.ssh(host, "tfcluster-autostop status", timeout=30).stdout)
+
+
+def test_an_instance_that_is_never_prepared_powers_itself_off_after_idle(twin: Twin) -> None:
+    if twin.lab is not None:
+        twin.lab.down()
+    twin.tf_vars.pop("bastion", None)
+    twin.tf_vars |= {"connect": "private", "allowed_ssh_cidrs": '["10.42.0.0/16"]'}
+    started = twin.make_async("provision", AUTO_APPROVE="1", IDLE=str(IDLE_MINUTES))
+    instances = twin.wait_instances(2)
+    twin.boot_lab(instances, layers=(twin.layer,) if twin.layer else ())
+    _ok(twin.wait(started))
+    applied = twin.apply_user_data(instances)  # cloud-init: the boot guard, and nothing else ever runs there
+    status = _status(twin, "tw-worker-0")
+    assert (status["guard"], status["enabled"], status["idle_minutes"], status["timer"]) == ("boot", True,
+                                                                                            IDLE_MINUTES, "active")
+    assert status["expires_at"], "TTL's default (24 h) reaches the host at boot"
+    off = twin.watch_power_off(instances, timeout=300)
+    assert set(off) == set(applied), off
+    for name, moment in off.items():
+        after = moment - applied[name]
+        FIGURES[f"boot_guard_off_s[{name}]"] = round(after, 1)
+        print(f"[twin] {name}: never prepared, powered off {after:.0f} s after boot (IDLE={IDLE_MINUTES} min)")
+        assert 55 <= after <= 60 * IDLE_MINUTES + 60 + 30, (name, after)  # idle time + one check interval
+    assert _states(twin) == {"stopped"}  # autostop_down's default: stopped, not terminated
+
+
+def test_a_newer_image_replaces_no_instance_and_make_plan_names_it(twin: Twin) -> None:
+    before = {i["InstanceId"]: i["ImageId"] for i in twin.instances()}
+    assert set(before.values()) == {AMI["ami_id"]}
+    name = AMI["name"].rsplit(" ", 1)[0] + " 20270110"  # the same series, a later release
+    image = twin.ec2().create_image(InstanceId=next(iter(before)), Name=name)["ImageId"]
+    owner = twin.ec2().describe_images(ImageIds=[image])["Images"][0]["OwnerId"]  # the emulated account's
+    twin.tf_vars["ami_owners"] = json.dumps(["amazon", owner])
+    plan = twin.make("plan", IDLE=str(IDLE_MINUTES))
+    _ok(plan)
+    text = plan.output + _log_of(plan.output)
+    assert f"newer image: {name} ({image}," in text, plan.tail(40)
+    assert f"the hosts run {AMI['ami_id']}. make provision AMI=refresh replaces every host" in text
+    assert "must be replaced" not in text and not re.search(r"Plan: \d+ to add, \d+ to change, [1-9]", text)
+    _ok(twin.make("provision", AUTO_APPROVE="1", IDLE=str(IDLE_MINUTES)))
+    assert {i["InstanceId"]: i["ImageId"] for i in twin.instances()} == before
+
+
+def test_make_start_after_an_autostop_stop_and_make_train_resumes_the_job(twin: Twin) -> None:
+    assert twin.lab is not None and _states(twin) == {"stopped"}
+    instances = twin.instances()
+    job = _job("resume")
+    run = twin.make("start")
+    _ok(run)
+    assert "started 2 instance(s)" in run.output, run.tail(20)
+    twin.power_on(instances)  # the hypervisor boots them: same disks, same host keys, no keys on the console
+    # A deadline before the end: every task saves a backup and stops (exit 3), the run fails as `timeout`.
+    first = twin.make("train", JOB=job, **{**TRAIN_VARS, "EPOCHS": "8", "MAX_DURATION": "45s"})
+    assert first.returncode != 0 and "timeout" in first.output, first.tail(40)
+    # The prepare took the boot guard over: the role's checker, the guard's settings (IDLE=1), one timer.
+    status = _status(twin, "tw-worker-0")
+    assert (status["guard"], status["idle_minutes"]) == ("role", IDLE_MINUTES) and status["expires_at"]
+    assert twin.lab.ssh("tw-worker-0", "test -e /opt/tfcluster/autostop/boot_guard.py", check=False).returncode == 1
+    timers = twin.lab.ssh("tw-worker-0", "systemctl list-timers --all --no-legend --plain").stdout
+    assert sum("tfcluster.autostop.timer" in line for line in timers.splitlines()) == 1, timers
+    # Idle after the deadline: autostop stops the hosts (EC2 stop: the disks and the job's backups stay).
+    assert len(twin.watch_power_off(instances, timeout=400)) == 2
+    assert _states(twin) == {"stopped"}
+    _ok(twin.make("start"))
+    twin.power_on(instances)
+    resumed = twin.make("train", JOB=job, **{**TRAIN_VARS, "EPOCHS": "8"})
+    _ok(resumed)
+    metrics = json.loads((REPO / "artifacts" / "aws" / job / "current" / "metrics.json").read_text())
+    assert int(metrics.get("resumes") or 0) >= 1, metrics
+    FIGURES["resume_train_s"] = round(resumed.seconds, 1)
+
+
+def test_destroy_the_second_cluster(twin: Twin) -> None:
+    _ok(twin.make("destroy", AUTO_APPROVE="1", FORCE="1"))
+    assert twin.instances() == []

@@ -172,7 +172,8 @@ def test_firewall_lets_only_peers_reach_the_training_port(flow_lab: Flows) -> No
                               {"tfcluster_prepare_force": True})
         assert forced.returncode == 0, forced.describe()
     assert all(counts["changed"] == 0 for counts in forced.recap.values()), forced.recap
-    assert "TASK [firewall : Write the rules]" in forced.output  # the role ran, and found nothing to change
+    # the role ran, and found nothing to change
+    assert "TASK [tfcluster.cluster.firewall : Write the rules]" in forced.output
 
 
 def test_firewall_lets_only_the_job_user_reach_the_training_port_on_the_host(flow_lab: Flows) -> None:
@@ -209,7 +210,7 @@ def test_a_prepared_cluster_skips_the_prepare_after_one_probe(flow_lab: Flows) -
     for run in runs + one:
         assert run.returncode == 0, run.describe()
         ran = [r for r in ("nvidia_driver :", "python_runtime :", "trainer :", "dataset :", "firewall :")
-               if f"TASK [{r}" in run.output]
+               if f"TASK [tfcluster.cluster.{r}" in run.output]
         assert not ran, f"a prepared host ran {ran}"  # one probe per host, then end_host
         assert all(counts["changed"] == 0 for counts in run.recap.values())
     four, single = min(r.seconds for r in runs), min(r.seconds for r in one)

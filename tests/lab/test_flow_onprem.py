@@ -35,7 +35,7 @@ def test_prepare_skips_the_driver_and_finds_the_runtime_in_place(flow_lab: Flows
     for host in ("f-chief", "f-w0", "f-w1", "f-ps"):
         assert f"{host}: no gpu (no nvidia device, pci vendor 0x10de): no driver needed" in flat, run.describe(200)
     driver_changes = [block.splitlines()[0] for block in out.split("TASK [")[1:]
-                      if block.startswith("nvidia_driver") and "\nchanged: [" in block]
+                      if block.startswith("tfcluster.cluster.nvidia_driver") and "\nchanged: [" in block]
     assert driver_changes == [], f"the driver role changed something on a host without a GPU: {driver_changes}"
     for host in ("f-chief", "f-w0", "f-w1", "f-ps"):
         assert run.recap[host]["failed"] == 0 and run.recap[host]["unreachable"] == 0, run.describe()
@@ -48,7 +48,8 @@ def test_prepare_skips_the_driver_and_finds_the_runtime_in_place(flow_lab: Flows
                                        "'import tensorflow as tf, tf_keras; print(tf.__version__)'", timeout=180)
         assert probe.stdout.strip() == "2.21.0"
     runtime_installs = [block.splitlines()[0] for block in out.split("TASK [")[1:]
-                        if block.startswith("python_runtime : Install the hash-pinned") and "\nchanged: [" in block]
+                        if block.startswith("tfcluster.cluster.python_runtime : Install the hash-pinned")
+                        and "\nchanged: [" in block]
     assert runtime_installs == [], "the runtime was installed again on hosts that have it (the layer)"
 
 

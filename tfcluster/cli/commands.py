@@ -309,6 +309,16 @@ def cmd_clean_artifacts(cmd: Command) -> int:
     cmd.say(f"removed {_rel(root)}")
     return EXIT_OK
 
+def cmd_slurm_up(cmd: Command) -> int:
+    """make slurm-up CLUSTER=onprem HOSTS=... (or CLUSTER=aws): the cluster's hosts become one Slurm cluster
+    (playbooks/slurm.yml: the slurm role), and a cluster file for CLUSTER=slurm is written under artifacts/."""
+    if cmd.s.kind.transport(cmd.s.target) is not None:
+        raise CommandError(f"CLUSTER={cmd.s.cluster} is a Slurm cluster already: slurm-up makes hosts one. Fix: make "
+                           "slurm-up CLUSTER=onprem HOSTS=hosts.yml (or CLUSTER=aws after make provision)")
+    with cluster_lock(cmd.s, "slurm-up"):
+        code = cmd.playbook("slurm.yml", "slurm-up")
+    return EXIT_OK if code == 0 else EXIT_FAILED
+
 def cmd_tf_upgrade(cmd: Command) -> int:
     """make tf-upgrade: `terraform init -upgrade` of the cluster's root (a newer provider, a new lock file)."""
     argv = cmd.s.kind.provision_argv(cmd.s.target, "upgrade")

@@ -180,8 +180,9 @@ def _watch_and_finish(cmd: Command, transport: Any, record: Any, timing: Timing)
         _stage(cmd, "Collect the chief's model dir", started)
         cmd.say(f"       {printable(collected.get('msg'), 500)}")
         events.append({"event": "collected", "dest": str(cmd.job_dir / CURRENT)})
-    elif result["decision"] in decision.OVER and not _unreachable(result):
-        transport.stop(record)  # srun ended a failed step already; a stall, a timeout or a stop ends the job here
+    elif result["decision"] in decision.OVER and not _unreachable(result) and \
+            result.get("scheduler", {}).get("phase") not in ("ended", "unknown"):
+        transport.stop()  # srun ends a failed step itself; a stall or the wait's own limit ends the job here
     return result, events
 
 
@@ -259,10 +260,13 @@ def _slots(transport: Any) -> list[tuple[str, int]]:
 
 def stop(cmd: Command, transport: Any) -> int:
     with cluster_lock(cmd.s, "stop"):
-        record = transport.submitted()
-        cancelled = transport.stop(record)
-        cmd.say(f"scancel: Slurm job {printable(cancelled, 100)} of JOB={cmd.s.job} cancelled (its tasks got SIGTERM: "
-                "a training task saves a backup; `make train` resumes from it)")
+        cancelled = transport.stop()
+        if not cancelled:
+            cmd.say(f"no Slurm job of JOB={cmd.s.job} is queued or running on {transport.cluster_name}: nothing to "
+                    "cancel")
+        else:
+            cmd.say(f"scancel: Slurm job {' '.join(cancelled)} of JOB={cmd.s.job} cancelled (its tasks get SIGTERM: a "
+                    "training task saves a backup; `make train` resumes from it)")
         ledger.record_stop(cmd.job_dir)
     return EXIT_OK
 

@@ -204,10 +204,13 @@ def supervise(child: subprocess.Popen[bytes], spec: Mapping[str, Any], record: d
     for signum in FORWARDED:
         signal.signal(signum, forward)
     code = child.wait()
-    record.update(ended_at=time.time(), state="ended", exit_code=code if code >= 0 else None,
-                  signal=-code if code < 0 else None)
+    status = code if code >= 0 else 128 - code  # a signal's death as a shell reports it (SIGKILL: 137)
+    record.update(ended_at=time.time(), state="ended", exit_code=status, signal=-code if code < 0 else None)
     write_record(spec, record["slot"], record)
-    return code if code >= 0 else 128 - code
+    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    with open(log_path(spec, record["slot"]), "ab") as out:
+        out.write(f"=== {record['slot']} on {record['node']} ended: {how}\n".encode())
+    return status
 
 
 # --- poll: the job as the login node sees it ------------------------------------------------------------------------

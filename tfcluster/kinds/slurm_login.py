@@ -4,7 +4,7 @@
     stage(request)       release, datasets (and a built venv) onto the shared directory by content digest
     submit(staged)       the spec and batch script, then sbatch (or re-attach to the job queued under its name)
     poll(record)         the scheduler's view and every task's status: {key: {"status": ...}} for wait.decide
-    stop(record)         scancel
+    stop()               scancel every queued or running job of the job's name
     follow(record, ...)  the chief's (or a slot's) log until the job ends
     collect(record, dest) the chief's model dir, sha256-verified, versioned behind current (tfcluster.collect)
 
@@ -37,7 +37,7 @@ from tfcluster.core.paths import CACHE
 from tfcluster.core.sshkeys import known_hosts_line
 from tfcluster.core.text import PrintableWriter, printable
 from tfcluster.kinds.base import JobRequest, KindError, Target
-from tfcluster.kinds.slurm import (
+from tfcluster.kinds.slurm_file import (
     ClusterFile,
     Layout,
     Submission,
@@ -113,6 +113,13 @@ chmod -R a+rX "$tmp"
 mv -T "$tmp" "$dest" 2>/dev/null || [ -x "$dest/bin/python" ]
 trap - EXIT
 echo built
+"""
+# Cancel the login user's queued or running jobs of this name. $1 name $2 active states
+STOP_SCRIPT = r"""set -eu
+ids=$(squeue -h -u "$(id -un)" -n "$1" -t "$2" -o %i | tr '\n' ' ')
+if [ -z "${ids% }" ]; then echo none; exit 0; fi
+scancel $ids
+echo cancelled $ids
 """
 PREFLIGHT_SCRIPT = r"""part=$1 name=$2 shared=$3 py=$4 tool=$5 submitted=$6 states=$7
 echo "@@partition"; scontrol -o show partition "$part" 2>&1; echo "@@rc $?"
@@ -574,14 +581,15 @@ class SlurmTransport:
             names[key] = slot
         return scheduler, polls, names
 
-    def stop(self, record: Record | None) -> str:
-        """scancel every queued or running job of this name (and the recorded one)."""
-        words = ["scancel", "-u", self.cf.login.user, "-n", job_name(self.cluster_name, self.target.job)]
-        answer = self.ssh(words + ([record.job_id] if record else []))
-        if answer.code != 0:
+    def stop(self) -> list[str]:
+        """scancel every queued or running job of this name (of the login user); the ids cancelled ([]: none)."""
+        answer = self.ssh(["sh", "-c", STOP_SCRIPT, "stop", job_name(self.cluster_name, self.target.job),
+                           ACTIVE_STATES])
+        words = answer.out.split()
+        if answer.code != 0 or not words or words[0] not in ("none", "cancelled"):
             raise LoginError([Problem("JOB", f"scancel on {self.name} failed ({answer.err.strip()[-300:]})",
                                       "cancel it there: scancel -n " + job_name(self.cluster_name, self.target.job))])
-        return record.job_id if record else job_name(self.cluster_name, self.target.job)
+        return [word for word in words[1:] if contract.is_digits(word)]
 
     def follow_argv(self, record: Record, slot: str | None) -> list[str]:
         words = self.tool(record.release, "logs", record.spec, "--job-id", record.job_id, "--follow")

@@ -307,11 +307,14 @@ def _offering(out: Mapping[str, Any], ec2: Any, instance_type: str) -> list[str]
 
 
 def apply(tf_dir: Path, env: Mapping[str, str], tf_vars: list[str], approve: list[str],
-          target: awscheck.Target, *, extra: Sequence[str] = ()) -> None:
+          target: awscheck.Target, *, extra: Sequence[str] = (), before: Mapping[str, Any] | None = None) -> None:
     """`terraform apply`; on a capacity error, again in the next zone that offers the type (unless the zone is
-    pinned); when it still fails, AWS's error explained and, when some slots launched, what they cost and the
-    teardown (ALL_OR_NOTHING=1: done here)."""
+    pinned, or hosts applied before would move: ``before``, the outputs before this apply); when it still fails,
+    AWS's error explained and, when not every slot launched, what did, its cost and the teardown (ALL_OR_NOTHING=1:
+    done here)."""
     pins = zone_pins(tf_dir, env, extra)
+    if clusters.state_slots((before or {}).get("hosts")):
+        pins.append("hosts applied before, which another zone would replace")
     tried: list[str] = []
     retry: list[str] = []
     asked: str | None = None
@@ -347,7 +350,8 @@ def _apply_failure(tf_dir: Path, env: Mapping[str, str], exc: ProvisionError, *,
         advice.append(f"zones tried: {', '.join(tried) or '?'} ({step.reason}). Next: a capacity reservation or a "
                       "Capacity Block (capacity = { ... }, infra/examples/efa), another instance type, or later")
     launched = slots_in(state_resources(tf_dir, env))
-    if launched:
+    failed = [slot for slot in slots_in(exc.output) if slot not in launched]
+    if launched and failed:
         name = str(outputs(tf_dir, env).get("cluster_name") or state_cluster_name(tf_dir, env) or "")
         if env.get("ALL_OR_NOTHING", "").strip() == "1":
             LOG.warning("ALL_OR_NOTHING=1: tearing down the %d instance(s) that launched: %s", len(launched),
@@ -356,7 +360,6 @@ def _apply_failure(tf_dir: Path, env: Mapping[str, str], exc: ProvisionError, *,
             advice.append(f"ALL_OR_NOTHING=1: what launched ({', '.join(launched)}) was destroyed; nothing of the "
                           "cluster is left (checked through the EC2 API)")
         else:
-            failed = [slot for slot in slots_in(exc.output) if slot not in launched]
             advice.append(partial_text(launched, failed, target.instance_type,
                                        clusters.TEARDOWN.format(name=name or "NAME")))
     if not advice:
@@ -480,7 +483,7 @@ def run(action: str, tf_dir: Path, env: dict[str, str], options: Options) -> int
     elif action == "apply":
         assert target is not None
         before = outputs(tf_dir, env)
-        apply(tf_dir, env, tf_vars, approve, target, extra=pairs)
+        apply(tf_dir, env, tf_vars, approve, target, extra=pairs, before=before)
         fill_known_hosts(tf_dir, env, pairs, before=before)
     else:
         destroy(tf_dir, env, tf_vars, approve, pairs)

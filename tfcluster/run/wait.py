@@ -228,11 +228,12 @@ def _epochs(status: Mapping[str, Any], previous: Mapping[str, Any], now: float) 
     """The epoch a task is in, since when the wait sees it, and the longest epoch the wait saw (from one change of
     the epoch to the next)."""
     epoch = _progress(status).get("epoch")
+    epoch = epoch if _number(epoch) else None
     longest = float(previous["longest_epoch"]) if _number(previous.get("longest_epoch")) else 0.0
     began = float(previous["epoch_since"]) if _number(previous.get("epoch_since")) else now
     if "epoch" in previous and previous.get("epoch") != epoch:
         longest, began = max(longest, now - began), now
-    return {"epoch": epoch if _number(epoch) else None, "epoch_since": began, "longest_epoch": round(longest, 1)}
+    return {"epoch": epoch, "epoch_since": began, "longest_epoch": round(longest, 1)}
 
 
 def short_duration(seconds: float) -> str:
@@ -386,9 +387,10 @@ def _note(r: _Round, settings: Settings) -> str:
 def _stall(r: _Round, now: float, settings: Settings) -> Verdict | None:
     if settings.stall_timeout <= 0:
         return None
+    active = r.active()
     for host in r.states:
         entry = r.seen[host]
-        if host not in r.active() or entry["marks"] is None:
+        if host not in active or entry["marks"] is None:
             continue
         allowed = stall_allowance(r.statuses[host], entry, settings.stall_timeout)
         if now - float(entry["since"]) <= allowed:

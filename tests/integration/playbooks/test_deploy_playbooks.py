@@ -23,7 +23,7 @@ def cluster(tmp_path: Path) -> Cluster:
 
 
 def roles_that_ran(output: str) -> list[str]:
-    return [role for role in ROLES if f"TASK [{role}" in output]
+    return [role for role in ROLES if f"TASK [tfcluster.cluster.{role}" in output]  # roles run by their FQCN
 
 
 def test_a_prepared_cluster_skips_every_role_and_a_change_prepares_again(cluster: Cluster) -> None:

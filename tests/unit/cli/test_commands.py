@@ -33,7 +33,7 @@ def test_defaults_are_the_demo() -> None:
     ({"JOB": "x;id"}, "JOB: 'x;id' is not a valid job id. Fix:"),
     ({"JOB": "a/../b"}, "JOB: 'a/../b' is not a valid job id"),
     ({"JOB": "{{ lookup('pipe','id') }}"}, "JOB: \"{{ lookup('pipe','id') }}\" is not a valid job id"),
-    ({"CLUSTER": "gcp"}, "CLUSTER: 'gcp' is not one of local, aws, onprem. Fix: use CLUSTER=local"),
+    ({"CLUSTER": "gcp"}, "CLUSTER: 'gcp' is not one of local, aws, onprem, slurm. Fix: use CLUSTER=local"),
     ({"WORKERS": "0"}, "WORKERS: '0' is not a whole number >= 1. Fix: set WORKERS to a number >= 1"),
     ({"STRATEGY": "horovod"}, "STRATEGY: 'horovod' is not one of auto"),
     ({"SCRIPT_ARGS": "--name 'unbalanced"}, "SCRIPT_ARGS: cannot be split into arguments"),

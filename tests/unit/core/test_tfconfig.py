@@ -47,7 +47,7 @@ def _tf(cluster: object, task_type: object = "worker", index: object = 0) -> str
          "at least one worker"),
         (_tf(PS, "worker", 0), "multi_worker_mirrored", "cluster.ps", "takes no ps tasks"),
         (_tf(W2), "mirrored", "cluster", "runs on one host"),
-        (_tf(W2), "tpu", "cluster", "TPU cluster resolver"),
+        (_tf(W2), "tpu", "cluster", "one Cloud TPU VM"),
         (_tf(W2), "horovod", "strategy", "unknown strategy"),
         (None, "multi_worker_mirrored", "TF_CONFIG", "is not set"),
         ("", "parameter_server", "TF_CONFIG", "is not set"),

@@ -1,8 +1,8 @@
 """The autostop role's checker (tfcluster/host/autostop.py) takes over from the boot guard of the user data
 (infra/modules/gpu_cluster: templates/cloud-config.yaml.tpl, files/boot_guard.py) with no gap: the files the guard's
-cloud-config writes are rendered here from the module's template as Terraform would, and the role's checker, fed the
-guard's settings and the state the guard saved, decides what the guard decides, tick after tick. The names they share
-(settings, state, timer, wrapper, the guard's own checker) are the role's."""
+cloud-config writes are rendered from the module's template as Terraform would (lab/twin.py render_boot_guard), and
+the role's checker, fed the guard's settings and the state the guard saved, decides what the guard decides, tick
+after tick. The names they share (settings, state, timer, wrapper, the guard's own checker) are the role's."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import base64
 import dataclasses
 import gzip
 import importlib.util
-import json
 import os
-import re
 import subprocess
 from pathlib import Path
 from types import ModuleType
@@ -21,35 +19,20 @@ from typing import Any
 import pytest
 import yaml
 
+from lab.twin import boot_guard_settings, render_boot_guard
 from tfcluster.core import paths
 from tfcluster.core.contract import unit_name
 from tfcluster.host import autostop
 
-REPO = Path(__file__).resolve().parents[3]
-MODULE = REPO / "infra/modules/gpu_cluster"
 ROLE_VARS = paths.ROLES / "autostop/vars/main.yml"
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 BOOT = NOW - 3600
 JOB = unit_name("mnist")
 
 
-def terraform_settings(idle: int = 30, expires_at: str | None = None, terminate: bool = False) -> str:
-    """jsonencode(local.autostop_settings) of infra/modules/gpu_cluster/userdata.tf (keys sorted, compact)."""
-    settings = {"enabled": idle > 0, "idle_minutes": idle if idle > 0 else 30, "mode": "jobs",
-                "gpu_idle_percent": 0, "gpu_idle_window_minutes": 30, "terminate": terminate,
-                "uncollected_grace_minutes": 1440, "expires_at": expires_at}
-    return json.dumps(settings, sort_keys=True, separators=(",", ":"))
-
-
-def render(settings: str, enable: bool = True, interval: int = 60) -> dict[str, Any]:
-    """templatefile() of the module's cloud-config template (its ${...} and one %{ if enable ~} block)."""
-    text = (MODULE / "templates/cloud-config.yaml.tpl").read_text()
-    guard = base64.b64encode(gzip.compress((MODULE / "files/boot_guard.py").read_bytes())).decode()
-    text = re.sub(r"%\{ if enable ~\}\n(.*?)%\{ endif ~\}\n?", lambda m: m.group(1) if enable else "", text,
-                  flags=re.S)
-    text = text.replace("${settings}", settings).replace("${guard}", guard).replace("${interval}", str(interval))
-    assert "${" not in text and "%{" not in text, "the template grew a directive this renderer does not know"
-    return yaml.safe_load(text)
+def render(settings: str, enable: bool = True) -> dict[str, Any]:
+    """The module's cloud-config, rendered as Terraform's templatefile() would (lab/twin.py), parsed."""
+    return yaml.safe_load(render_boot_guard(settings, enable))
 
 
 def written(doc: dict[str, Any]) -> dict[str, bytes]:
@@ -65,7 +48,7 @@ def written(doc: dict[str, Any]) -> dict[str, bytes]:
 @pytest.fixture
 def host(tmp_path: Path) -> tuple[Path, ModuleType]:
     """A host after cloud-init: the guard's settings and checker written under tmp_path, the guard importable."""
-    files = written(render(terraform_settings(expires_at="2027-01-15T07:30:00Z")))
+    files = written(render(boot_guard_settings(expires_at="2027-01-15T07:30:00Z")))
     for path, data in files.items():
         target = tmp_path / path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -79,7 +62,7 @@ def host(tmp_path: Path) -> tuple[Path, ModuleType]:
 
 
 def test_the_guard_and_the_role_share_every_name() -> None:
-    files = written(render(terraform_settings()))
+    files = written(render(boot_guard_settings()))
     role = yaml.safe_load(ROLE_VARS.read_text())
     unit = role["_autostop_unit"]
     assert set(files) == {role["_autostop_config_file"], role["_autostop_boot_guard"], role["_autostop_wrapper"],
@@ -88,8 +71,8 @@ def test_the_guard_and_the_role_share_every_name() -> None:
     assert f"{unit}.timer" == autostop.TIMER
     service = files[f"/etc/systemd/system/{unit}.service"].decode()
     assert "StateDirectory=tfcluster/autostop" in service and autostop.STATE_DIR == "/var/lib/tfcluster/autostop"
-    assert render(terraform_settings())["runcmd"][-1] == ["systemctl", "enable", "--now", f"{unit}.timer"]
-    assert render(terraform_settings(), enable=False)["runcmd"] == [["systemctl", "daemon-reload"]]
+    assert render(boot_guard_settings())["runcmd"][-1] == ["systemctl", "enable", "--now", f"{unit}.timer"]
+    assert render(boot_guard_settings(), enable=False)["runcmd"] == [["systemctl", "daemon-reload"]]
 
 
 def guard_facts(now: float, units: list[str], ended: float | None = None, boot: float = BOOT) -> dict[str, Any]:

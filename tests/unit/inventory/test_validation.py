@@ -121,7 +121,7 @@ CASES = [
      "cluster: mirrored runs on one host with all GPUs of one host, but 2 tasks are listed. Fix: use one host "
      "without TF_CONFIG, or strategy multi_worker_mirrored"),
     ("tpu on two hosts", [W0, W1], "tpu",
-     "cluster: tpu runs on one host with a TPU cluster resolver (--tpu), but 2 tasks are listed. Fix: use one host "
+     "cluster: tpu runs on one host with one Cloud TPU VM (--tpu local), but 2 tasks are listed. Fix: use one host "
      "without TF_CONFIG, or strategy multi_worker_mirrored"),
     ("two evaluators", [W0, _spec("e0", task_type="evaluator", address="10.0.0.5"),
                         _spec("e1", task_type="evaluator", index=1, address="10.0.0.6")], "auto",

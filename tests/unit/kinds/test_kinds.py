@@ -18,7 +18,7 @@ NAMES = set(kinds.NAMES)
 
 
 def test_the_table_routes_every_kind_by_its_name() -> None:
-    assert kinds.NAMES == ("local", "aws", "onprem")
+    assert kinds.NAMES == ("local", "aws", "onprem", "slurm")
     for name, kind in kinds.KINDS.items():
         assert kind.name == name and isinstance(kind, Kind) and kinds.get(name) is kind and kind.summary
     with pytest.raises(kinds.KindError, match=r"CLUSTER=gce is not a cluster kind\. Fix: CLUSTER= one of local, aws"):
@@ -92,7 +92,8 @@ def _kind_name_tests(path: Path, root: Path = REPO) -> list[str]:
     return found
 
 
-YAML_TEST = re.compile(r"(tfcluster_cluster|tfcluster_kind)\b[^\n]{0,40}(==|!=|\bin\b)[^\n]{0,20}(local|aws|onprem)")
+YAML_TEST = re.compile(r"(tfcluster_cluster|tfcluster_kind)\b[^\n]{0,40}(==|!=|\bin\b)[^\n]{0,20}"
+                       r"(local|aws|onprem|slurm)")
 
 
 def test_no_kind_name_is_tested_outside_the_kind_modules() -> None:

@@ -165,3 +165,15 @@ def test_beyond_the_grace_the_wait_fails_naming_the_host(tmp_path: Path, flaky_s
     assert "d is unreachable from here for" in result["message"] and "the grace of 1 s" in result["message"]
     assert result["log_tail"] == [] and result["error"] is None
     assert time.monotonic() - began < 20
+
+
+def test_the_wait_says_its_limits_when_it_starts() -> None:
+    from tfcluster.run.wait import Settings
+
+    deadline = wait.limits_text("j", Settings(chief="c", timeout=4 * 3600 + 630, stall_timeout=600,
+                                              unreachable_grace=3600))
+    assert deadline == ("waiting for job j: it gives up after 4.2 h (tf_job_wait_timeout; by default MAX_DURATION "
+                        "plus a margin); a host unreachable from here is retried for up to 60 min (UNREACHABLE_GRACE); "
+                        "a task that makes no progress for 10 min stalls it (STALL). Interrupting this command leaves "
+                        "the job running: `make wait` re-attaches")
+    assert "no time limit of its own" in wait.limits_text("j", Settings(chief="c"))

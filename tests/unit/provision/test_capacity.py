@@ -105,8 +105,9 @@ class FakeAws:
                 launched = self.slots[:self.partial]
                 self.state += [f'module.cluster.aws_instance.this["{s}"]' for s in launched]
                 missing = self.slots[self.partial:]
+                named = (missing or self.slots)[0]  # the slot whose instance the error is about
                 raise ProvisionError("terraform apply failed", ICE.replace("us-east-1a", self.zone).replace(
-                    "worker-1", missing[0]))
+                    "worker-1", named))
             self.state += [f'module.cluster.aws_instance.this["{s}"]' for s in self.slots]
             return subprocess.CompletedProcess(args, 0, "", "")
         if args[0] == "destroy":
@@ -181,6 +182,22 @@ def test_a_pinned_zone_is_never_left(fake: Any, tmp_path: Path) -> None:
     with pytest.raises(ProvisionError, match="the zone is pinned \\(availability_zone = us-east-1a\\)"):
         provision_aws.apply(tmp_path, {}, [], ["-auto-approve"], TARGET, extra=["availability_zone=us-east-1a"])
     assert len(applies(aws)) == 1
+
+
+def test_hosts_applied_before_never_move_to_another_zone(fake: Any, tmp_path: Path) -> None:
+    aws = fake(["us-east-1a"])  # a slot added to a running cluster finds no capacity
+    running = {"hosts": [{"instance_id": "i-0", "task_type": "worker", "task_index": 0}]}
+    with pytest.raises(ProvisionError, match="the zone is pinned \\(hosts applied before"):
+        provision_aws.apply(tmp_path, {}, [], ["-auto-approve"], TARGET, before=running)
+    assert len(applies(aws)) == 1  # no -replace of the subnet: that would replace the running hosts
+
+
+def test_a_failure_after_every_slot_launched_is_no_partial_launch(fake: Any, tmp_path: Path) -> None:
+    aws = fake(ZONES, launch_before_failing=2)  # both slots in the state, the error names no missing one
+    with pytest.raises(ProvisionError) as caught:
+        provision_aws.apply(tmp_path, {}, [], ["-auto-approve"], TARGET)
+    assert "not every slot launched" not in str(caught.value)
+    assert len(applies(aws)) == 3
 
 
 def test_another_error_is_explained_once_without_a_retry(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

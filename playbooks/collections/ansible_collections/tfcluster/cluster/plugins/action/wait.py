@@ -300,8 +300,9 @@ def _result(future: Future[dict[str, Any]]) -> dict[str, Any]:
 
 def limits_text(job: str, settings: Settings) -> str:
     """What the wait will not wait for, said when it starts: its own limit, the unreachable grace, the stall."""
-    limit = (f"it gives up after {duration_text(settings.timeout)} (tf_job_wait_timeout: the deadline plus a margin)"
-             if settings.timeout > 0 else "no time limit of its own (MAX_DURATION, held by the hosts, ends a job)")
+    limit = (f"it gives up after {duration_text(settings.timeout)} (tf_job_wait_timeout; by default MAX_DURATION "
+             "plus a margin)" if settings.timeout > 0
+             else "no time limit of its own (MAX_DURATION, held by the hosts, ends a job)")
     stall = (f"a task that makes no progress for {duration_text(settings.stall_timeout)} stalls it (STALL)"
              if settings.stall_timeout > 0 else "no stall check (STALL=off)")
     return (f"waiting for job {job}: {limit}; a host unreachable from here is retried for up to "
