@@ -224,6 +224,10 @@ class Lab(Access):
     def _stop_host(self, host: str) -> None:
         process.stop_host(self.paths, host, self._procs.pop(host, None))
 
+    def start_host(self, host: str) -> None:
+        """Boot a host that was powered off (its overlay kept), as a cloud instance is started again."""
+        self._boot(self.host(host))
+
     def stop_host(self, host: str) -> None:
         """Power one host off cleanly (its files stay in its overlay until down())."""
         self._stop_host(self.host(host).name)

@@ -332,7 +332,7 @@ class Twin:
         for instance in instances:
             (self.console_dir / instance["InstanceId"]).write_text(RESTARTED_CONSOLE)
             # Lab has no public call to boot a powered-off host again: its own boot, with the same overlay.
-            self.lab._boot(self.lab.host(lab_name(instance)))
+            self.lab.start_host(lab_name(instance))
         self.lab.wait_ready(names)
 
     def close(self) -> None:

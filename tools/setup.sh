@@ -3,7 +3,7 @@
 #
 #   tools/setup.sh          full: tests, the lab, CLUSTER=local (make setup, make test, make demo). Linux; Python >= 3.11
 #   tools/setup.sh control  CLUSTER=aws|onprem only (make provision/train/collect/destroy there): ansible-core, boto3,
-#                           the project, Terraform's CLI config, MNIST. Linux x86_64/arm64 or macOS; Python >= 3.10.
+#                           the project, Terraform's CLI config, MNIST. Linux x86_64/arm64 or macOS; Python >= 3.11.
 #
 # TFCLUSTER_LOCKED=1 (control): install requirements-control.lock (hash-pinned, `make lock-control`) with
 # pip --require-hashes instead of the ranges of requirements-control.txt. A venv a full set-up made satisfies control.
@@ -41,7 +41,7 @@ case "$locked" in 0|1) ;; *) die "TFCLUSTER_LOCKED=$locked: use 1 (install requi
 
 # 1. The interpreter. full: Debian's python3 (lab hosts run this very venv when it is bind-mounted into them).
 #    control: $PYTHON, else python3 on PATH.
-need_minor=$([ "$mode" = full ] && echo 11 || echo 10)
+need_minor=11  # ansible-core 2.19, the oldest release still supported (2.18's support ended in November 2026)
 if [ ! -x "$venv/bin/python" ]; then
   base_python="${PYTHON:-}"
   if [ -z "$base_python" ] && [ "$mode" = full ] && [ -x /usr/bin/python3 ]; then
@@ -55,7 +55,7 @@ if [ ! -x "$venv/bin/python" ]; then
   [ -n "$base_python" ] || die "no python3 found. Fix: install Python >= 3.$need_minor and re-run (or PYTHON=/path/to/python3)"
   "$base_python" -c "import sys; sys.exit(sys.version_info < (3, $need_minor))" || die \
     "$base_python is Python $("$base_python" -c 'import platform; print(platform.python_version())'); this path needs >= 3.$need_minor" \
-    "($([ "$mode" = full ] && echo 'tests and the lab pin ansible-core 2.19' || echo 'ansible-core 2.17 and TensorFlow 2.21')). Fix: PYTHON=/path/to/python3.$need_minor make setup"
+    "($([ "$mode" = full ] && echo 'tests and the lab pin ansible-core 2.19' || echo 'ansible-core 2.19')). Fix: PYTHON=/path/to/python3.$need_minor make setup"
   run_step "creating $venv with $base_python" "$base_python" -m venv "$venv"
 fi
 py="$venv/bin/python"
