@@ -107,6 +107,7 @@ class Lab(Access):
     def start(self) -> Lab:
         """Boot every host and wait until each runs systemd and answers SSH. On failure the caller must down()."""
         setup(self.paths.root)
+        system.ensure_inotify()
         with locked(self.paths.root):
             if self.paths.run.exists() or any(g.is_dir() for g in system.lab_cgroups(self.paths.lab)):
                 log.info("lab %s has state left from an earlier run; cleaning it up first", self.paths.lab)

@@ -11,7 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from lab.config import LabError
@@ -72,6 +72,30 @@ def ensure_packages() -> None:
         proc = subprocess.run(install, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise LabError(f"apt-get could not install {' '.join(missing)}: {proc.stderr.strip()[-2000:]}")
+
+
+# Every booted host's systemd and journald take inotify instances from root's one per-user pool (no user namespace
+# here); Debian's default of 128 runs out at about a dozen hosts booted at once (`Failed to create control group
+# inotify object: Too many open files`), which a suite of parallel labs reaches. Raised, never lowered.
+INOTIFY_FLOOR: dict[str, int] = {"max_user_instances": 1024, "max_user_watches": 524288}
+INOTIFY_SYSCTL = Path("/proc/sys/fs/inotify")
+
+
+def ensure_inotify(root: Path = INOTIFY_SYSCTL, floor: Mapping[str, int] = INOTIFY_FLOOR) -> dict[str, int]:
+    """Raise the inotify limits under ``root`` to ``floor`` where they are lower; return the limits in force."""
+    now: dict[str, int] = {}
+    for name, least in floor.items():
+        path = root / name
+        value = int(path.read_text().strip())
+        if value < least:
+            try:
+                path.write_text(f"{least}\n")
+            except OSError as exc:
+                raise LabError(f"fs.inotify.{name} is {value}; a lab needs {least} "
+                               f"(sysctl -w fs.inotify.{name}={least}): {exc}") from exc
+            value = least
+        now[name] = value
+    return now
 
 
 # ---- network -------------------------------------------------------------------------------------------------

@@ -26,7 +26,6 @@ from tfcluster.core.duration import format_duration
 from tfcluster.core.text import printable
 from tfcluster.run import ansible as runner
 from tfcluster.run import follow
-from tfcluster.run.wait import UNREACHABLE
 
 
 # --- commands -------------------------------------------------------------------------------------------------------
@@ -78,8 +77,7 @@ def cmd_train(cmd: Command) -> int:
         run = ledger.start_run(cmd.job_dir, cmd.s.cluster_name)  # before anything starts: an interrupt leaves it
         code = cmd.playbook("train.yml", "train")
         began = gang_start_ran(cmd.events)
-        ledger.end_run(cmd.job_dir, run, _outcome(cmd.events), ledger.collected_version(cmd.job_dir, cmd.events),
-                       began=began)
+        _end_run(cmd, run, began=began)
     if code != 0:
         for text in still_running(cmd.s):  # a failed run costs as much per hour as a finished one
             cmd.say(printable(text))
@@ -88,12 +86,10 @@ def cmd_train(cmd: Command) -> int:
         cmd.say(printable(text))  # metrics.json values, EC2 tags, an exception's text
     return EXIT_OK
 
-def _outcome(events: list[dict[str, object]]) -> str | None:
-    """The wait's decision as the ledger records it: ``unreachable`` (no host answered beyond the grace, nothing
-    was stopped) leaves the run ``started``, like an interrupt (Ctrl-C, a closed terminal: main() says how to
-    re-attach): the job may still run on its hosts."""
-    decision = ledger.last_decision(events)
-    return None if decision == UNREACHABLE else decision
+def _end_run(cmd: Command, run: str, *, began: bool = True) -> None:
+    """The ledger's end of ``run`` from this command's events (decision, collected version)."""
+    version = ledger.collected_version(cmd.job_dir, cmd.events)
+    ledger.end_run(cmd.job_dir, run, ledger.last_decision(cmd.events), version, began=began)
 
 def cmd_wait(cmd: Command) -> int:
     """make wait: re-attach to JOB where it runs (after an interrupted `make train`, a closed terminal, a laptop that
@@ -107,7 +103,7 @@ def cmd_wait(cmd: Command) -> int:
         if record.get("state") not in ledger.BLOCKING or not isinstance(run, str):
             run = ledger.start_run(cmd.job_dir, cmd.s.cluster_name)
         code = cmd.playbook("wait.yml", "wait")
-        ledger.end_run(cmd.job_dir, run, _outcome(cmd.events), ledger.collected_version(cmd.job_dir, cmd.events))
+        _end_run(cmd, run)
     if code != 0:
         for text in still_running(cmd.s):
             cmd.say(printable(text))

@@ -1,11 +1,11 @@
 """The `tfcluster` command behind every make target: `make train` is `tfcluster train`, and so on.
 
-Settings come from the environment the Makefile exports (CLUSTER, JOB, WORKERS, STRATEGY, HOSTS, SCRIPT,
-SCRIPT_ARGS, SCRIPT_REQUIREMENTS, KERAS, TRAINER_ARGS, EPOCHS, MAX_DURATION, STALL, UNREACHABLE_GRACE, VERBOSE,
-AUTO_APPROVE, HOST, ANSIBLE_ARGS, WHEELHOUSE, TFCLUSTER_CLUSTER, TFCLUSTER_TF_DIR): they reach Ansible as a JSON
-extra-vars file, never as shell words. The terminal shows one line per stage, the live progress of every task and a
-summary; the whole Terraform/Ansible output goes to a log under artifacts/<cluster>/<job>/logs/ (VERBOSE=1 shows it
-too).
+Settings come from the environment the Makefile exports (CLUSTER, JOB, WORKERS, STRATEGY, HOSTS, SLURM, SCRIPT,
+SCRIPT_ARGS, SCRIPT_REQUIREMENTS, KERAS, DATASETS, TRAINER_ARGS, EPOCHS, MAX_DURATION, STALL, UNREACHABLE_GRACE,
+PREPARE, AMI, ALL_OR_NOTHING, VERBOSE, AUTO_APPROVE, HOST, ANSIBLE_ARGS, WHEELHOUSE, TFCLUSTER_CLUSTER,
+TFCLUSTER_TF_DIR): they reach Ansible as a JSON extra-vars file, never as shell words. The terminal shows one
+line per stage, the live progress of every task and a summary; the whole Terraform/Ansible output goes to a log under
+artifacts/<cluster>/<job>/logs/ (VERBOSE=1 shows it too).
 
 Exit codes: 0 done; 1 the command failed (what and where is printed); 2 bad settings (nothing ran); 130
 interrupted (a started job keeps running on the hosts: `make wait` re-attaches).

@@ -35,6 +35,7 @@ from typing import Any
 from tfcluster.collect.store import CURRENT
 from tfcluster.core import contract, paths
 from tfcluster.core.files import atomic_write_json
+from tfcluster.run.wait import RUNNING, UNREACHABLE
 
 LEDGER = "job.json"
 STARTED, FINISHED, COLLECTED, ENDED, STOPPED = "started", "finished", "collected", "ended", "stopped"
@@ -109,7 +110,8 @@ def start_run(directory: Path, cluster_name: str) -> str:
 
 def end_run(directory: Path, run: str, decision: str | None, version: str | None, *, began: bool = True) -> None:
     """Record how run ``run`` ended: collected (``version``), finished (done), ended (failed, stalled, ...; or not
-    ``began``: the playbook ended before its gang start), or else, with no decision, still ``started``."""
+    ``began``: the playbook ended before its gang start), or else still ``started``: no decision (an interrupt),
+    or ``unreachable`` (no host answered beyond the grace and nothing was stopped: the job may still run there)."""
     with _update(directory) as record:
         if record.get("run") != run:
             return
@@ -117,7 +119,7 @@ def end_run(directory: Path, run: str, decision: str | None, version: str | None
             record.update(state=COLLECTED, collected_version=version)
         elif decision == "done":
             record["state"] = FINISHED
-        elif decision not in (None, "running"):
+        elif decision not in (None, RUNNING, UNREACHABLE):
             record.update(state=ENDED, decision=decision)
         elif not began:
             record.update(state=ENDED, decision=NOT_STARTED)

@@ -7,12 +7,16 @@ unaffected.
 
 Kinds and their fields (every event also has ``event`` and ``t``, the Unix time):
   stage_start   name                                a play started
-  stage_end     name, seconds, ok (bool)            a play ended
+  stage_end     name, seconds, ok (bool), tasks     a play ended; tasks: how many of its tasks started
   task_failed   host, task, msg                     a task failed or a host was unreachable
-  progress      elapsed, decision, tasks: [{host, slot, state, epoch, epochs, step, steps_per_epoch,
+  progress      elapsed, decision, note, tasks: [{host, slot, state, epoch, epochs, step, steps_per_epoch,
                 examples_per_sec, loss, accuracy, eta_seconds, age_seconds, restarts}]
+                note: the hosts unreachable from here, with ssh's error ("" when every host answered)
   decision      decision, culprit, message, log_tail: [str], error: {type, message, frame} | null
+                decision: one of run/wait.py's DECISIONS; ``unreachable`` (no host answered beyond the grace)
+                stopped nothing, and the job may still run
   collected     dest, files, bytes, changed (bool)
+  notice        msg[, host]                         text for the terminal (a tfcluster_notice task, the wait)
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from tfcluster.host import supervisor
 REPO = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
-PLAYBOOKS = ("site.yml", "train.yml", "collect.yml", "stop.yml", "status.yml")
+PLAYBOOKS = tuple(sorted(p.name for p in (REPO / "playbooks").glob("*.yml")))  # every playbook a command runs
 BYO = str(HERE / "byo_job.py")
 # BYO jobs import no TensorFlow: skip the import checks there (one test keeps them).
 NO_TF = {"tf_job_preflight_imports": [], "python_runtime_verify_imports": [], "tf_job_poll_interval": 1}

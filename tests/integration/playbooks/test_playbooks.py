@@ -37,6 +37,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 
 def test_syntax_check_every_playbook(cluster: Cluster) -> None:
+    assert {"site.yml", "train.yml", "wait.yml", "collect.yml", "stop.yml"} <= set(PLAYBOOKS)
     for playbook in PLAYBOOKS:
         proc = cluster.playbook(playbook, "syntax", "--syntax-check")
         assert_ok(proc)

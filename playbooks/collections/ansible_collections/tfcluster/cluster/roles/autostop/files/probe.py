@@ -44,19 +44,22 @@ def checked_settings(data):
     """The keys the checker reads, each of its type; None when anything is off (then the role's own values)."""
     if not isinstance(data, dict):
         return None
-    out = {}
-    for key, value in data.items():
-        if key in BOOLS and isinstance(value, bool):
-            out[key] = value
-        elif key in INTS and isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 525600:
-            out[key] = value
-        elif key == "mode" and value in MODES:
-            out[key] = value
-        elif key == "expires_at" and (value is None or (isinstance(value, str) and TIME.fullmatch(value))):
-            out[key] = value
-        else:
-            return None
-    return out if "enabled" in out else None
+    if not all(_valid(key, value) for key, value in data.items()):
+        return None
+    return dict(data) if "enabled" in data else None
+
+
+def _valid(key, value):
+    """Whether ``value`` is one the checker reads for ``key`` (an unknown key is not)."""
+    if key in BOOLS:
+        return isinstance(value, bool)
+    if key in INTS:
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 525600
+    if key == "mode":
+        return value in MODES
+    if key == "expires_at":
+        return value is None or (isinstance(value, str) and TIME.fullmatch(value) is not None)
+    return False
 
 
 def host_settings(path):
