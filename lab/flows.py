@@ -143,12 +143,17 @@ class Flows:
         return self.workdir / "artifacts" / job
 
     def start(self, playbook: str, hosts_file: Path, job: str, extra_vars: Mapping[str, object] | None = None, *,
-              args: Sequence[str] = ()) -> Started:
+              args: Sequence[str] = (), events: Path | None = None) -> Started:
+        """The playbook in the background; with ``events``, the tfcluster events callback writes that file (the
+        stages and the wait's polls, tfcluster/run/events.py), as under the `tfcluster` command."""
         argv = self.argv(playbook, job, extra_vars, args)
         log = self.workdir / f"{job}-{playbook.removesuffix('.yml')}-{int(time.time() * 1000)}.log"
+        env = self.env(hosts_file)
+        if events is not None:
+            env.update(TFCLUSTER_EVENTS=str(events), ANSIBLE_CALLBACKS_ENABLED="flow_timing,tfcluster.cluster.events")
         handle = open(log, "w")  # noqa: SIM115 - closed by wait()
         proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                                env=self.env(hosts_file), start_new_session=True)
+                                env=env, start_new_session=True)
         handle.close()
         return proc, log, argv, time.monotonic()
 
@@ -170,8 +175,8 @@ class Flows:
         return run
 
     def run(self, playbook: str, hosts_file: Path, job: str, extra_vars: Mapping[str, object] | None = None, *,
-            timeout: float = 600, args: Sequence[str] = ()) -> PlaybookRun:
-        return self.wait(self.start(playbook, hosts_file, job, extra_vars, args=args), timeout)
+            timeout: float = 600, args: Sequence[str] = (), events: Path | None = None) -> PlaybookRun:
+        return self.wait(self.start(playbook, hosts_file, job, extra_vars, args=args, events=events), timeout)
 
     # ---- state on the hosts ------------------------------------------------------------------------------------
 

@@ -44,13 +44,13 @@ def wait_settings(cmd: Command, chief: str, *, retrying: bool = True) -> decisio
     """The decision's settings: the same knobs as the playbook's wait (STALL, UNREACHABLE_GRACE, MAX_DURATION)."""
     stall = getattr(cmd.s, "stall", None)
     grace = getattr(cmd.s, "unreachable_grace", None)
-    values: dict[str, Any] = {"chief": chief, "require_done": True, "max_duration": float(cmd.s.max_duration or 0),
-                              "retrying": retrying}
+    values: dict[str, float] = {}
     if stall is not None:
         values["stall_timeout"] = float(stall)
     if grace is not None:
         values["unreachable_grace"] = float(grace)
-    return decision.Settings(**values)
+    return decision.Settings(chief=chief, require_done=True, max_duration=float(cmd.s.max_duration or 0),
+                             retrying=retrying, **values)
 
 
 def _record_file(cmd: Command) -> Path:
@@ -161,7 +161,7 @@ def _launch(cmd: Command, transport: Any) -> tuple[Any, bool]:
 
 def _watch_and_finish(cmd: Command, transport: Any, record: Any, timing: Timing) -> tuple[dict[str, Any],
                                                                                      list[dict[str, Any]]]:
-    chief = record.chief or "chief-0"
+    chief = record.chief_slot or "chief-0"
     started = time.monotonic()
     result = scheduled.watch(lambda: transport.poll(record), cmd.view, wait_settings(cmd, chief), chief_slot=chief,
                              interval=POLL_INTERVAL, on_round=timing)
@@ -231,7 +231,7 @@ def status(cmd: Command, transport: Any) -> int:
     if scheduler.get("phase") in scheduled.WAITING:
         tasks = scheduled.waiting_tasks(scheduler, slots)
     else:
-        settings = wait_settings(cmd, scheduled.chief_key(slots, record.chief), retrying=False)
+        settings = wait_settings(cmd, scheduled.chief_key(slots, record.chief_slot), retrying=False)
         tasks = decision.decide(polls, slots, {}, now=time.time(), started=time.time(), settings=settings)["tasks"]
     for text in follow.status_table(tasks):
         cmd.say(f"  {text}")
@@ -248,7 +248,7 @@ def logs(cmd: Command, transport: Any) -> int:
         if slot is None:
             raise CommandError(f"HOST={cmd.s.host} is neither a slot nor a node of Slurm job {record.job_id}. Fix: "
                                f"HOST= one of {', '.join(slots.values())} (or a node of `make status`)")
-    cmd.say(f"following {slot or record.chief} of Slurm job {record.job_id}: ends when the job ends, or Ctrl-C")
+    cmd.say(f"following {slot or record.chief_slot} of Slurm job {record.job_id}: ends when the job ends, or Ctrl-C")
     return EXIT_OK if transport.follow(record, slot, cmd.out) == 0 else EXIT_FAILED
 
 

@@ -9,7 +9,9 @@ which files are taken is decided here -- the manifest's names (every one checked
 :func:`tfcluster.core.files.rel_problem`), the manifest, DONE and the configured optional names; the answer only gives
 their sizes, and a name in it that was not asked for fails the collect, naming the host and the name (escaped).
 ``tar`` runs on the chief as the job's user too (``sudo -n -u USER``, :class:`tfcluster.run.reach.Reach`), with the
-explicit file list, no recursion and no dereference.
+explicit file list, no recursion and no dereference; several big members go in parallel streams, one connection each
+(``streams``, default :data:`tfcluster.collect.transfer.MAX_STREAMS`; :func:`tfcluster.collect.transfer.plan_streams`),
+each checked like the one stream.
 
 Every byte counts against one cap: the manifest's total + slack, ``max_bytes`` when set, and the free space of the
 destination's filesystem; a member whose size differs from the one the chief reported, a sparse member, a link or
@@ -38,7 +40,15 @@ from tfcluster.collect.store import (
     swap_current,
     verified_copy,
 )
-from tfcluster.collect.transfer import Budget, CollectError, Wanted, copy_local, stream_from, tar_overhead
+from tfcluster.collect.transfer import (
+    MAX_STREAMS,
+    Budget,
+    CollectError,
+    Wanted,
+    copy_local,
+    stream_from,
+    tar_overhead,
+)
 from tfcluster.core.contract import DONE, MANIFEST, is_digits
 from tfcluster.core.files import (
     ManifestError,
@@ -160,4 +170,10 @@ def _transfer(request: Mapping[str, Any], staging: Path, wanted: Mapping[str, Wa
         return copy_local(Path(str(request["model_dir"])), staging, wanted, budget)
     timeout = float(request.get("timeout") or DEFAULT_TIMEOUT)
     return stream_from(reach, str(request["model_dir"]), staging, wanted, budget, timeout=timeout,
-                       ciphers=str(request.get("ciphers") or ""))
+                       ciphers=str(request.get("ciphers") or ""), streams=_streams(request.get("streams")))
+
+
+def _streams(value: Any) -> int:
+    """The request's ``streams`` (1..16), else MAX_STREAMS."""
+    count = _size(value)
+    return min(16, count) if count else MAX_STREAMS

@@ -5,11 +5,19 @@ byte read counts against a :class:`Budget`; only the regular files asked for, at
 written; the sha256 of each is computed while it is written. Every name read from a stream is compared raw (never
 normalised first) and must pass :func:`tfcluster.core.files.rel_problem`; every file is created below the staging dir
 through descriptors opened with ``O_NOFOLLOW`` (:func:`open_inside`), so nothing is written outside it.
+
+Speed (issue 23): the members are split into up to ``MAX_STREAMS`` tar streams, one SSH connection each, when more
+than one of them is big (:func:`plan_streams`: each stream's own ssh decrypts on its own core); each stream's pipe is
+widened and read ahead on a thread (:class:`Prefetch`), so ssh keeps decrypting while the receiver hashes and writes;
+a big file's pages are sent to disk while it is still arriving (:class:`_Writer`), so the fsync before the copy is
+installed finds little left to write. Every stream is checked as one: the names it holds must be the ones asked of
+it, each at its size and sha256.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import queue
@@ -18,7 +26,8 @@ import subprocess
 import tarfile
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -27,7 +36,13 @@ from tfcluster.core.files import BLOCK, ManifestError, check_received, quote_nam
 from tfcluster.run.reach import Reach
 
 THREADED_WRITE = 16 << 20  # files at least this big are written by a second thread while the next block is hashed
+WRITEBACK_EVERY = 64 << 20  # a threaded file's written pages go to disk every this many bytes (fdatasync, a thread)
 TAR_HEADER = 512
+MAX_STREAMS = 4  # tar streams (SSH connections) at most
+PARALLEL_MIN = 64 << 20  # a member this big gets a stream of its own, when there are more such members
+PIPE_SIZE = 1 << 20  # the stream's pipe (Linux F_SETPIPE_SZ; the default 64 KiB stalls ssh at every block hashed)
+PREFETCH_BLOCKS = 16  # blocks read ahead of the receiver per stream (memory: this many BLOCKs at most)
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
 class CollectError(ValueError):
@@ -44,14 +59,17 @@ class Wanted:
 
 
 class Budget:
-    """Counts bytes against a cap; thread-safe enough for one writer per file."""
+    """Counts bytes against a cap, shared by every stream of a collect."""
 
     def __init__(self, cap: int, what: str) -> None:
         self.cap, self.what, self.used = cap, what, 0
+        self._lock = threading.Lock()
 
     def take(self, count: int) -> None:
-        self.used += count
-        if self.used > self.cap:
+        with self._lock:
+            self.used += count
+            used = self.used
+        if used > self.cap:
             raise CollectError(f"{self.what} sent more than {self.cap:,} bytes (the manifest's size + slack, "
                                "collector_max_bytes and the free space): cut off")
 
@@ -132,22 +150,41 @@ def write_hashed(source: IO[bytes], root: Path, rel: str, size: int) -> str:
 
 
 class _Writer:
-    """Writes blocks on a second thread while the caller reads and hashes the next one."""
+    """Writes blocks on a second thread while the caller reads and hashes the next one; every WRITEBACK_EVERY bytes
+    a third thread sends the written pages to disk (fdatasync), so the disk works while the stream still runs."""
 
     def __init__(self, out: IO[bytes]) -> None:
         self.out = out
         self.blocks: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
         self.failures: list[OSError] = []
+        self.due = threading.Event()
+        self.done = False
         self.thread = threading.Thread(target=self._run, name="collector-writer", daemon=True)
+        self.flusher = threading.Thread(target=self._flush, name="collector-writeback", daemon=True)
         self.thread.start()
+        self.flusher.start()
 
     def _run(self) -> None:
+        written = 0
         while (block := self.blocks.get()) is not None:
             if not self.failures:  # after a failure keep draining, so the reader never blocks on a full queue
                 try:
                     self.out.write(block)
                 except OSError as error:
                     self.failures.append(error)
+                written += len(block)
+                if written >= WRITEBACK_EVERY:
+                    written = 0
+                    self.due.set()
+
+    def _flush(self) -> None:
+        while True:
+            self.due.wait()
+            self.due.clear()
+            if self.done:
+                return
+            with contextlib.suppress(OSError, ValueError):  # the final fsync (store.install) reports for real
+                os.fdatasync(self.out.fileno())
 
     def put(self, block: bytes) -> None:
         self.blocks.put(block)
@@ -155,6 +192,9 @@ class _Writer:
     def close(self) -> None:
         self.blocks.put(None)
         self.thread.join()
+        self.done = True
+        self.due.set()
+        self.flusher.join()
         if self.failures:
             raise self.failures[0]
 
@@ -248,34 +288,177 @@ def tar_command(model_dir: str, names: Sequence[str]) -> list[str]:
             "--", *names]
 
 
-def stream_from(reach: Reach, model_dir: str, staging: Path, wanted: Mapping[str, Wanted], budget: Budget, *,
-                timeout: float, ciphers: str = "") -> tuple[int, int]:
-    """Run ``tar`` on the chief (as the job user) and :func:`receive` its output; killed after ``timeout``."""
-    extra = ["-o", f"Ciphers={ciphers}"] if ciphers else []
-    argv = reach.argv(tar_command(model_dir, sorted(wanted)), extra_ssh_options=extra)
-    timed_out = threading.Event()
-    with tempfile.TemporaryFile() as errors, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors) as proc:
-        def kill() -> None:
-            timed_out.set()
+def plan_streams(wanted: Mapping[str, Wanted], streams: int = MAX_STREAMS,
+                 parallel_min: int | None = None) -> list[list[str]]:
+    """The members split into tar streams: one stream unless at least two members are ``parallel_min`` bytes or more;
+    else up to ``streams`` (one per big member at most), each member on the stream with the fewest bytes so far,
+    biggest first (``parallel_min`` defaults to PARALLEL_MIN). Every name is on exactly one stream; each list is
+    sorted."""
+    least = PARALLEL_MIN if parallel_min is None else parallel_min
+    big = sum(1 for want in wanted.values() if want.size >= least)
+    count = max(1, min(streams, big)) if big >= 2 else 1
+    loads = [0] * count
+    groups: list[list[str]] = [[] for _ in range(count)]
+    for name in sorted(wanted, key=lambda n: (-wanted[n].size, n)):
+        index = loads.index(min(loads))
+        groups[index].append(name)
+        loads[index] += wanted[name].size
+    return [sorted(group) for group in groups if group]
+
+
+def widen_pipe(fd: int, size: int = PIPE_SIZE) -> None:
+    """Make a pipe hold ``size`` bytes where the system allows it (Linux); elsewhere leave it."""
+    with contextlib.suppress(OSError, ValueError):
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
+
+
+class Prefetch:
+    """Reads a pipe ahead on a thread, at most ``depth`` blocks, so the sender keeps going while the caller hashes
+    and writes. ``read`` returns up to ``size`` bytes (b"" at the end), as a raw pipe does."""
+
+    def __init__(self, raw: IO[bytes], depth: int = PREFETCH_BLOCKS) -> None:
+        self.fd = raw.fileno()
+        self.blocks: queue.Queue[bytes | OSError] = queue.Queue(maxsize=depth)
+        self.pending = b""
+        self.ended = False
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="collector-prefetch", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                block: bytes | OSError = os.read(self.fd, BLOCK)
+            except OSError as error:
+                block = error
+            self.blocks.put(block)
+            if not block or isinstance(block, OSError):
+                return
+
+    def read(self, size: int = -1) -> bytes:
+        if not self.pending and not self.ended:
+            block = self.blocks.get()
+            if isinstance(block, OSError):
+                self.ended = True
+                raise block
+            self.ended = not block
+            self.pending = block
+        if size < 0 or size >= len(self.pending):
+            data, self.pending = self.pending, b""
+        else:
+            data, self.pending = self.pending[:size], self.pending[size:]
+        return data
+
+    def close(self) -> None:
+        """Stop reading ahead (the sender was killed or is done); never blocks on a full queue."""
+        self.stopped.set()
+        while self.thread.is_alive():
+            with contextlib.suppress(queue.Empty):
+                self.blocks.get(timeout=0.05)
+
+
+class _Streams:
+    """The running ssh processes of one collect: a timeout or the first failure kills them all."""
+
+    def __init__(self, timeout: float) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.lock = threading.Lock()
+        self.timed_out = threading.Event()
+        self.failed = threading.Event()
+        self.timer = threading.Timer(timeout, self._expire)
+        self.timeout = timeout
+
+    def _expire(self) -> None:
+        self.timed_out.set()
+        self.kill()
+
+    def kill(self) -> None:
+        with self.lock:
+            for proc in self.procs:
+                with contextlib.suppress(OSError):
+                    proc.kill()
+
+    def add(self, proc: subprocess.Popen[bytes]) -> None:
+        with self.lock:
+            self.procs.append(proc)
+            stop = self.failed.is_set() or self.timed_out.is_set()
+        if stop:
             proc.kill()
 
-        timer = threading.Timer(timeout, kill)
-        timer.start()
+    def fail(self) -> None:
+        self.failed.set()
+        self.kill()
+
+
+def stream_from(reach: Reach, model_dir: str, staging: Path, wanted: Mapping[str, Wanted], budget: Budget, *,
+                timeout: float, ciphers: str = "", streams: int = MAX_STREAMS) -> tuple[int, int]:
+    """Run ``tar`` on the chief (as the job user) and :func:`receive` its output, in up to ``streams`` streams
+    (:func:`plan_streams`) at once; every stream killed after ``timeout``, all of them on the first failure."""
+    extra = [*(["-o", f"Ciphers={ciphers}"] if ciphers else []), "-o", "Compression=no"]
+    groups = plan_streams(wanted, streams)
+    running = _Streams(timeout)
+
+    def one(names: list[str]) -> tuple[int, int]:
+        argv = reach.argv(tar_command(model_dir, names), extra_ssh_options=extra)
+        return _stream(argv, staging, {name: wanted[name] for name in names}, budget, running)
+
+    running.timer.start()
+    try:
+        if len(groups) == 1:
+            return one(groups[0])
+        with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="collector-stream") as pool:
+            results = list(pool.map(_first_failure_stops(one, running), groups))
+    finally:
+        running.timer.cancel()
+    errors = [r for r in results if isinstance(r, Exception)]
+    if errors:  # the first real failure, not a stream killed because of it
+        raise next((e for e in errors if not isinstance(e, _Stopped)), errors[0])
+    done = [r for r in results if isinstance(r, tuple)]
+    return sum(files for files, _ in done), sum(size for _, size in done)
+
+
+class _Stopped(CollectError):
+    """A stream killed because another one failed."""
+
+
+def _first_failure_stops(one: Callable[[list[str]], tuple[int, int]],
+                         running: _Streams) -> Callable[[list[str]], tuple[int, int] | Exception]:
+    def run(names: list[str]) -> tuple[int, int] | Exception:
         try:
-            assert proc.stdout is not None
-            received = receive(proc.stdout, staging, wanted, budget)
+            return one(names)
+        except (CollectError, ManifestError, OSError) as error:
+            if running.failed.is_set() and not running.timed_out.is_set():
+                return _Stopped(f"stopped after another stream failed: {error}")
+            running.fail()
+            return error
+    return run
+
+
+def _stream(argv: list[str], staging: Path, wanted: Mapping[str, Wanted], budget: Budget,
+            running: _Streams) -> tuple[int, int]:
+    """One tar stream: ``argv`` (ssh ... tar) received into ``staging``; raises CollectError naming the cause."""
+    with tempfile.TemporaryFile() as errors, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors) as proc:
+        running.add(proc)
+        assert proc.stdout is not None
+        widen_pipe(proc.stdout.fileno())
+        source = Prefetch(proc.stdout)
+        try:
+            received = receive(source, staging, wanted, budget)  # type: ignore[arg-type]
             code = proc.wait()
-        except (CollectError, ManifestError, tarfile.TarError) as error:
+        except (CollectError, ManifestError, tarfile.TarError, OSError) as error:
             proc.kill()
             code = proc.wait()
-            if timed_out.is_set():
-                raise CollectError(f"the transfer ran past collector_timeout={timeout:.0f} s: cut off. Fix: raise "
-                                   "collector_timeout for a big model dir") from None
+            if running.timed_out.is_set():
+                raise CollectError(f"the transfer ran past collector_timeout={running.timeout:.0f} s: cut off. Fix: "
+                                   "raise collector_timeout for a big model dir") from None
             reason = f"`tar` on the chief exited {code}" if code > 0 and not isinstance(error, CollectError) else ""
             raise CollectError(f"{reason or error}{_stderr_of(errors)}") from None
         finally:
-            timer.cancel()
+            source.close()
         if code != 0:
+            if running.timed_out.is_set():
+                raise CollectError(f"the transfer ran past collector_timeout={running.timeout:.0f} s: cut off. Fix: "
+                                   "raise collector_timeout for a big model dir")
             raise CollectError(f"`{argv[0]} ... tar` exited {code}{_stderr_of(errors)}")
     return received
 

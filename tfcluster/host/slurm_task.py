@@ -163,11 +163,12 @@ def run(spec_path: str, env: Mapping[str, str] | None = None) -> int:
         out.write(f"=== {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {task.slot} on {task.node} "
                   f"(Slurm job {record['slurm_job']}, restart {record['restart']}, task {record['procid']})\n".encode())
         out.flush()
+        relay = Relay(spec, record)  # from now on: a SIGTERM before the program exists reaches it once it does
         child = subprocess.Popen(argv, cwd=cwd, env=task_env(spec, task, env), stdin=subprocess.DEVNULL,
                                  stdout=out, stderr=subprocess.STDOUT)
     record["pid"] = child.pid
     write_record(spec, task.slot, record)
-    return supervise(child, spec, record)
+    return relay.supervise(child)
 
 
 def _refused(spec: Mapping[str, Any], env: Mapping[str, str], error: SlurmError) -> int:
@@ -191,26 +192,42 @@ def _refused(spec: Mapping[str, Any], env: Mapping[str, str], error: SlurmError)
     return contract.EXIT_BAD_INPUT
 
 
-def supervise(child: subprocess.Popen[bytes], spec: Mapping[str, Any], record: dict[str, Any]) -> int:
-    """Pass the scheduler's signals on to the program, wait for it, record how it ended; its exit status."""
-    def forward(signum: int, _frame: Any) -> None:
-        if signum == signal.SIGTERM and record["stop_signal"] is None:
-            record.update(stop_signal=signum, stop_at=time.time(),
-                          deadline=is_deadline(record["started_at"], time.time(), spec))
-            write_record(spec, record["slot"], record)
-        if child.poll() is None:
-            child.send_signal(signum)
+class Relay:
+    """Passes the scheduler's signals on to the program (held until it is started), waits for it, records how it
+    ended. A SIGTERM is recorded first (stop_signal; a deadline when it comes within the grace of the time limit)."""
 
-    for signum in FORWARDED:
-        signal.signal(signum, forward)
-    code = child.wait()
-    status = code if code >= 0 else 128 - code  # a signal's death as a shell reports it (SIGKILL: 137)
-    record.update(ended_at=time.time(), state="ended", exit_code=status, signal=-code if code < 0 else None)
-    write_record(spec, record["slot"], record)
-    how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-    with open(log_path(spec, record["slot"]), "ab") as out:
-        out.write(f"=== {record['slot']} on {record['node']} ended: {how}\n".encode())
-    return status
+    def __init__(self, spec: Mapping[str, Any], record: dict[str, Any]) -> None:
+        self.spec, self.record = spec, record
+        self.child: subprocess.Popen[bytes] | None = None
+        self.pending: list[int] = []
+        for signum in FORWARDED:
+            signal.signal(signum, self.forward)
+
+    def forward(self, signum: int, _frame: Any = None) -> None:
+        if signum == signal.SIGTERM and self.record["stop_signal"] is None:
+            self.record.update(stop_signal=signum, stop_at=time.time(),
+                               deadline=is_deadline(self.record["started_at"], time.time(), self.spec))
+            write_record(self.spec, self.record["slot"], self.record)
+        if self.child is None:
+            self.pending.append(signum)
+        elif self.child.poll() is None:
+            self.child.send_signal(signum)
+
+    def supervise(self, child: subprocess.Popen[bytes]) -> int:
+        """Wait for the program; its exit status (a death by signal as a shell reports it: SIGKILL 137)."""
+        self.child = child
+        for signum in self.pending:
+            self.forward(signum)
+        self.pending.clear()
+        code = child.wait()
+        status = code if code >= 0 else 128 - code
+        record, spec = self.record, self.spec
+        record.update(ended_at=time.time(), state="ended", exit_code=status, signal=-code if code < 0 else None)
+        write_record(spec, record["slot"], record)
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        with open(log_path(spec, record["slot"]), "ab") as out:
+            out.write(f"=== {record['slot']} on {record['node']} ended: {how}\n".encode())
+        return status
 
 
 # --- poll: the job as the login node sees it ------------------------------------------------------------------------
@@ -342,7 +359,8 @@ def task_status(spec: Mapping[str, Any], slot: str, record: Mapping[str, Any] | 
         "state": task_state(record or None, scheduler), "exit_code": record.get("exit_code"),
         "signal": record.get("signal"), "restarts": scheduler.get("restarts") or 0, "pid": record.get("pid"),
         "started_at": record.get("started_at"), "log_mtime": mtime(log), "log_tail": tail(log, lines),
-        "node": record.get("node"), "local_id": record.get("local_id"), "slot": slot}
+        "node": record.get("node"), "local_id": record.get("local_id"), "slot": slot,
+        "ended_at": record.get("ended_at")}
     status.update(model_dir_facts(model_dir(spec, slot)))
     status.update(name=str(spec["job"]), model_dir=model_dir(spec, slot), max_duration=spec.get("max_duration") or 0,
                   now=time.time())

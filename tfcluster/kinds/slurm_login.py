@@ -26,7 +26,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -256,12 +256,11 @@ class Record:
     job_id: str
     spec: str
     release: str
-    chief: str
-    slots: Mapping[str, str] = field(default_factory=dict)
+    chief_slot: str  # the chief's slot (chief-0, or worker-0 without a chief): whose model dir is collected
 
     def to_json(self) -> str:
-        return json.dumps({"job_id": self.job_id, "spec": self.spec, "release": self.release, "chief": self.chief},
-                          sort_keys=True)
+        return json.dumps({"job_id": self.job_id, "spec": self.spec, "release": self.release,
+                           "chief_slot": self.chief_slot}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Record | None:
@@ -271,7 +270,7 @@ class Record:
             return None
         if not isinstance(data, dict) or not contract.is_digits(str(data.get("job_id", ""))):
             return None
-        values = {key: str(data.get(key) or "") for key in ("spec", "release", "chief")}
+        values = {key: str(data.get(key) or "") for key in ("spec", "release", "chief_slot")}
         return cls(job_id=str(data["job_id"]), **values)
 
 
@@ -321,6 +320,21 @@ def key_of(node: Any, local_id: Any, slot: str, nodes_unique: bool) -> str:
     if not isinstance(node, str) or not node or contract.name_problem("host", node):
         return slot
     return node if nodes_unique else f"{node}:{local_id}"
+
+
+def first_failure_first(polls: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The polls in slot order, but the task that failed first in front: when one task dies, its peers fail too
+    (their collectives lose it) before srun's --kill-on-bad-exit reaches them, and the wait's decision names the
+    first failure it meets."""
+    def ended(item: tuple[str, dict[str, Any]]) -> float:
+        status = item[1].get("status")
+        at = status.get("ended_at") if isinstance(status, dict) and status.get("state") == contract.FAILED else None
+        return float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else float("inf")
+
+    first = min(polls.items(), key=ended, default=None)
+    if first is None or ended(first) == float("inf"):
+        return dict(polls)
+    return {first[0]: first[1], **{key: value for key, value in polls.items() if key != first[0]}}
 
 
 class SlurmTransport:
@@ -374,8 +388,9 @@ class SlurmTransport:
         reached, or its key does not match)."""
         started = time.monotonic()
         answer = run_bounded(self.reach().argv(words), timeout=timeout, stdin=stdin, limit=limit)
-        self.log.append(f"login {self.name}: {' '.join(words[:6])}... exit {answer.code} in "
-                        f"{time.monotonic() - started:.1f} s")
+        shown = [f"<{words[3]} script>", *words[4:8]] if list(words[:2]) == ["sh", "-c"] else list(words[:8])
+        self.log.append(f"login {self.name}: {' '.join(shown)}{' ...' if len(words) > 8 else ''}: exit "
+                        f"{answer.code} in {time.monotonic() - started:.1f} s")
         if answer.code == SSH_UNREACHABLE:
             raise LoginError([Problem(f"{self.cf.path}: login.host", f"cannot reach {self.cf.login.user}@"
                                       f"{self.cf.login.host}:{self.cf.login.port} over SSH "
@@ -439,7 +454,10 @@ class SlurmTransport:
             copied.append(f"release {staged['digest'][:12]}")
         if data and self._upload_datasets(data, layout, data_digest, layout.release(staged["digest"])):
             copied.append(f"datasets {', '.join(data)}")
-        venv = self._build_venv(request, layout, layout.release(staged["digest"])) if self.cf.python.build else ""
+        venv = ""
+        if self.cf.python.build:
+            venv, built = self._build_venv(request, layout, layout.release(staged["digest"]))
+            copied += [f"venv {venv[:12]} built from the {self.cf.python.build} lock"] if built else []
         legacy = request.script is None or request.script_keras == "legacy"
         spec = job_spec(self.cf, job=request.job, layout=layout, release=staged["digest"], datasets=data_digest,
                         strategy=request.strategy, program=program_of(request), legacy_keras=legacy,
@@ -470,13 +488,15 @@ class SlurmTransport:
                     tar.add(item["src"], arcname=item["file"])
             return self._upload_tree(archive, layout.datasets("").rstrip("/"), digest, release_dir)
 
-    def _build_venv(self, request: JobRequest, layout: Layout, release_dir: str) -> str:
-        """python: {build: cpu|gpu}: the hash-pinned lock (and WHEELHOUSE, when it is a directory) onto the shared
-        directory, then a venv built from it on the login node, by the lock's sha256."""
+    def _build_venv(self, request: JobRequest, layout: Layout, release_dir: str) -> tuple[str, bool]:
+        """python: {build: cpu|gpu}: a venv on the shared directory by the hash-pinned lock's sha256, built on the
+        login node from the lock (and WHEELHOUSE, when it is a directory) unless it is there. (digest, built now)."""
         from tfcluster.prepare import lock, release
 
         lock_file = lock.GPU_LOCK if self.cf.python.build == "gpu" else lock.CPU_LOCK
         digest = hashlib.sha256(lock_file.read_bytes()).hexdigest()
+        if self.ssh(["test", "-x", f"{layout.venv(digest)}/bin/python"]).code == 0:
+            return digest, False
         with tempfile.TemporaryDirectory(prefix="tfcluster-lock-") as tmp:
             tree = Path(tmp) / "tree"
             tree.mkdir()
@@ -498,7 +518,7 @@ class SlurmTransport:
                                       f"(exit {answer.code}: {answer.err.strip()[-400:]})",
                                       "give WHEELHOUSE= (make wheelhouse) when the login node has no index, or use "
                                       "python: {venv: ...}")])
-        return digest
+        return digest, True
 
     def submit(self, staged: Staged) -> tuple[Record, bool]:
         """Write the job's spec and batch script (content-addressed) and sbatch it, unless a job of this name is
@@ -522,8 +542,9 @@ class SlurmTransport:
             raise LoginError([Problem(f"{self.cf.path}: shared_dir", f"writing the job's files in "
                                       f"{sub.layout.job_dir} failed ({answer.err.strip()[-300:]})",
                                       "check the shared directory's permissions")])
-        record = Record(job_id="0", spec=sub.spec_path, release=sub.layout.release(sub.release), chief=staged.chief)
-        head, tail = record.to_json().split('"0"')  # the id goes between: '{"chief": ..., "job_id": "' + id + '"...'
+        record = Record(job_id="0", spec=sub.spec_path, release=sub.layout.release(sub.release),
+                        chief_slot=staged.chief)
+        head, tail = record.to_json().split('"0"')  # the submitted id goes between them
         answer = self.ssh(["sh", "-c", SUBMIT_SCRIPT, "submit", job_name(self.cluster_name, sub.job), script,
                            sub.layout.submitted, ACTIVE_STATES, head + '"', '"' + tail])
         words = answer.out.split()
@@ -538,7 +559,7 @@ class SlurmTransport:
                 raise LoginError([Problem("JOB", f"Slurm job {words[-1]} of this name was queued meanwhile from "
                                           "elsewhere", f"wait for it, or cancel it (scancel {words[-1]})")])
             return attached, False
-        return Record(job_id=words[-1], spec=record.spec, release=record.release, chief=record.chief), True
+        return Record(job_id=words[-1], spec=record.spec, release=record.release, chief_slot=record.chief_slot), True
 
     def submitted(self) -> Record | None:
         """The job last submitted from this job's directory (its submitted.json on the shared directory)."""
@@ -579,7 +600,7 @@ class SlurmTransport:
             key = key if key not in polls else slot
             polls[key] = {"status": status} if status is not None else {"error": f"no status of {slot}"}
             names[key] = slot
-        return scheduler, polls, names
+        return scheduler, first_failure_first(polls), names
 
     def stop(self) -> list[str]:
         """scancel every queued or running job of this name (of the login user); the ids cancelled ([]: none)."""
@@ -611,7 +632,7 @@ class SlurmTransport:
         from tfcluster.collect.ssh import pull
         from tfcluster.collect.transfer import CollectError
 
-        model_dir = self.layout.chief_dir(record.chief or "chief-0")
+        model_dir = self.layout.chief_dir(record.chief_slot or "chief-0")
         answer = self.ssh(self.tool(record.release, "manifest", model_dir, "--optional", *OPTIONAL_FILES))
         described = _json_object(answer.out) if not answer.over else None
         if not described or described.get("error") or not isinstance(described.get("done"), bool):

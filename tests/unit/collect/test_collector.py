@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -486,3 +487,64 @@ def test_a_manifest_is_never_written_for_a_name_the_collector_would_refuse(tmp_p
     with pytest.raises(ManifestError, match="control character") as caught:
         write_manifest(tmp_path)
     assert "\x1b" not in str(caught.value) and not (tmp_path / "MANIFEST.sha256").exists()
+
+
+# --- parallel streams (issue 23: the collector keeps up with scp) ------------------------------------------------
+
+def wanted_of(sizes: dict[str, int]) -> dict[str, transfer.Wanted]:
+    return {name: transfer.Wanted(None, size) for name, size in sizes.items()}
+
+
+def test_one_stream_unless_two_members_are_big() -> None:
+    big = transfer.PARALLEL_MIN
+    assert transfer.plan_streams(wanted_of({"a": big, "b": 10, "c": 5})) == [["a", "b", "c"]]
+    groups = transfer.plan_streams(wanted_of({"a": big, "b": big, "c": 3 * big, "d": 1, "e": 2}), streams=2)
+    assert len(groups) == 2 and sorted(n for g in groups for n in g) == ["a", "b", "c", "d", "e"]
+    assert ["c"] in [[n for n in g if n not in {"d", "e"}] for g in groups]  # the biggest alone, the rest beside
+    many = transfer.plan_streams(wanted_of({f"f{i}": big for i in range(9)}), streams=4)
+    assert len(many) == 4 and sorted(len(g) for g in many) == [2, 2, 2, 3]
+
+
+def test_parallel_streams_bring_every_file_home_verified(tmp_path: Path, fake_ssh: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer, "PARALLEL_MIN", 1000)  # every member over 1 KB gets a stream
+    calls: list[list[str]] = []
+    real = transfer._stream
+
+    def counted(argv, staging, wanted, budget, running):  # type: ignore[no-untyped-def]
+        calls.append(sorted(wanted))
+        return real(argv, staging, wanted, budget, running)
+
+    monkeypatch.setattr(transfer, "_stream", counted)
+    src = model_dir(tmp_path / "chief", FILES)
+    dest = tmp_path / "artifacts" / "job"
+    out = collect.pull(request(src, dest))
+    assert len(calls) >= 2 and sorted(n for c in calls for n in c) == sorted([*FILES, "MANIFEST.sha256", "DONE"])
+    assert out["entries"] == len(FILES) and files.verify_dir(dest / "current") == len(FILES)
+
+
+def test_a_stream_that_sends_another_streams_member_fails_the_collect(tmp_path: Path, evil_chief,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each stream may hold only the names asked of it: a chief that answers every stream with all of them fails."""
+    monkeypatch.setattr(transfer, "PARALLEL_MIN", 1000)
+    dest = old_copy(tmp_path / "artifacts" / "job")
+    src = model_dir(tmp_path / "chief", FILES)
+    evil_chief(tar_of(src, honest_names(src)))
+    assert_refused(request(src, dest), dest, names="which was not asked for")
+
+
+def test_prefetch_reads_the_pipe_whole_in_order() -> None:
+    data = os.urandom(3 * files.BLOCK + 17)
+    read, write = os.pipe()
+    def send() -> None:
+        with os.fdopen(write, "wb") as out:
+            out.write(data)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    with os.fdopen(read, "rb", buffering=0) as raw:
+        ahead = transfer.Prefetch(raw, depth=2)
+        got = b"".join(iter(lambda: ahead.read(1000), b""))
+        ahead.close()
+    sender.join()
+    assert got == data

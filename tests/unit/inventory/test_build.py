@@ -242,7 +242,7 @@ def test_cli_invalid_prints_nothing_and_exits_1(cli, tmp_path: Path) -> None:
 
 
 def test_cli_terraform_runner_injected(cli, tmp_path: Path) -> None:
-    from inventory_helpers import fixture_json, runner_for
+    from tests.unit.inventory.inventory_helpers import fixture_json, runner_for
 
     env = {"TFCLUSTER_SOURCE": "terraform", "TFCLUSTER_TF_DIR": str(tmp_path)}
     code, out, _ = cli(env, "--list", injected=Injected(terraform_runner=runner_for(
