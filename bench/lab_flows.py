@@ -1,126 +1,72 @@
-"""Benchmarks of the whole job on lab hosts (issue 6 item 5), from one run; root (boots a lab of 4 hosts).
+"""Every lab figure of issues 13 and 23 from one run, each against its goal; root (boots one lab of 16 hosts on the
+prepared runtime layer, lab/layers.py, and downs it at the end).
 
-    .venv/bin/python bench/lab_flows.py            # boots + prepares its own lab (site.yml with the wheelhouse)
-    TFCLUSTER_FLOW_REUSE=1 .venv/bin/python bench/lab_flows.py   # reuse a prepared `flow` lab (development)
+    .venv/bin/python -m bench.lab_flows                         # what `make bench-lab` runs
+    TFCLUSTER_BENCH_LAB=NAME .venv/bin/python -m bench.lab_flows   # attach a lab of 16 hosts already up (development)
 
-Prints the four figures of issue 13, each with its goal, side by side from one run (plus the fail-fast time):
-1. time to the first training step on an already-prepared cluster (train.yml started -> chief's status.json shows a
-   step; goal <= 15 s), split into the playbook's part (until the units start) and TensorFlow's (unit start -> first
-   step);
-2. a no-op site.yml re-run on 4 hosts vs 1 host (goal <= 1.2x: configuration cost must not grow with hosts);
-3. a worker's death (trainer SIGKILLed, no restarts left) -> every unit stopped and train.yml failed naming it
-   (goal <= 10 s + the progress timeout);
-4. the collector's throughput (collect.yml's transfer task: one tar stream over SSH, every sha256 checked while it
-   is written) vs plain `scp -r` of the same files (goal >= 0.9), on a finished job with a 1 GB export so bytes,
-   not per-task overhead, are what is measured; the whole collect.yml run is printed too;
+1. `tfcluster train` (what `make train` runs) with a new job id on a prepared cluster (a chief and 2 workers), to the
+   chief's first training step (goal <= 10 s), with a stage-by-stage table from the run's events log and the
+   trainer's own startup_s breakdown;
+2. a worker's death (trainer SIGKILLed, no restarts left) -> every unit stopped and train.yml failed naming it
+   (goal <= 10 s);
+3. the collector (collect.yml's transfer task: tar streams over SSH as the job user, every sha256 checked while
+   written) vs `scp -r` of the same model dir, at 256 MiB and 1 GiB, side by side (goal >= 0.9);
+4. flat with hosts: at 1, 4 and 16 hosts the no-op site.yml (changed=0 asserted on every host), gang start plus the
+   first poll of a trivial job, and status.yml (`make status`), each against one host (goal <= 1.5x at 16; the
+   older goal <= 1.2x at 4 for the no-op), with the per-host slope and the extrapolation to 256 hosts;
 5. `inventory --list` at 10,000 hosts: seconds and MB (goal < 1 s, < 10 MB, bytes per host constant: linear).
+
+Speed is measured here, never asserted in the suite; the tests assert what the paths do.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from bench.inventory_build import script
-from lab import Lab, LabError
-from lab.flows import (
-    FLOW_LAB,
-    FLOW_NAMES,
-    FLOW_VARS,
-    MWMS_SLOTS,
-    PS_SLOTS,
-    TINY_TRAINER_ARGS,
-    Flows,
-    step_of,
-    wait_until,
+from bench.lab_scale import (
+    FirstStep,
+    Scale,
+    bench_lab,
+    first_steps,
+    flat_with_hosts,
+    load,
+    median_cpu,
+    median_s,
+    slots_of,
+    stage_rows,
+    startup_text,
 )
-from tfcluster.prepare.wheelhouse import DEFAULT_DEST, build
+from lab.flows import TINY_TRAINER_ARGS, Flows, step_of, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
 log = logging.getLogger("bench.lab_flows")
-STALL_TIMEOUT = 30
-COLLECT_MB = 1024
-GOAL_FIRST_STEP_S = 15.0
-GOAL_RERUN_RATIO = 1.2
+GOAL_FIRST_STEP_S = 10.0
+GOAL_DEATH_S = 10.0
 GOAL_COLLECTOR_RATIO = 0.9
+GOAL_FLAT_RATIO = 1.5  # at 16 hosts against 1
+GOAL_RERUN_4_RATIO = 1.2  # the older figure: the no-op re-run at 4 hosts against 1
+COLLECT_MIB = (256, 1024)
+EXTRAPOLATE_TO = 256
 LIST_HOSTS = (1_000, 10_000)
+COLLECT_TASK = "Bring the model dir home"
 
 
-@contextmanager
-def prepared_lab(workdir: Path) -> Iterator[Flows]:
-    build()
-    reuse = os.environ.get("TFCLUSTER_FLOW_REUSE") == "1"
-    slots = ("chief", "worker", "worker", "ps")
-    if reuse:
-        try:
-            lab = Lab.attach(FLOW_LAB)
-        except LabError:
-            lab = Lab(slots=slots, name=FLOW_LAB, names=FLOW_NAMES).start()
-    else:
-        lab = Lab(slots=slots, name=FLOW_LAB, names=FLOW_NAMES)  # the test suite's lab: run one at a time
-    try:
-        if not reuse:
-            lab.start()
-        flows = Flows(lab, workdir, DEFAULT_DEST, common_vars=dict(FLOW_VARS))
-        run = flows.run("site.yml", flows.hosts_file("prepare", PS_SLOTS), "prepare", timeout=1800)
-        if run.returncode != 0:
-            raise RuntimeError("preparing the lab failed:\n" + run.describe())
-        print(f"prepare (site.yml, 4 fresh hosts, TensorFlow from the wheelhouse): {run.seconds:.1f} s"
-              if not reuse else f"prepare (reused lab, no-op): {run.seconds:.1f} s")
-        yield flows
-    finally:
-        if not reuse:
-            lab.down()
-
-
-def time_to_first_step(flows: Flows) -> tuple[float, float]:
-    job = f"bench-first-{int(time.time())}"
-    slots = MWMS_SLOTS
-    chief = slots[0][0]
-    started = flows.start("train.yml", flows.hosts_file(job, slots), job,
-                          {"tfcluster_trainer_args": TINY_TRAINER_ARGS + " --steps-per-epoch 200"})
-    t0 = started[3]
-    try:
-        wait_until(lambda: step_of(flows.status(chief, job)) >= 1 or started[0].poll() is not None, 900,
-                   "no training step", interval=0.25)
-        first = time.monotonic() - t0
-        if started[0].poll() is not None:
-            raise RuntimeError("train.yml ended before a step:\n" + started[1].read_text()[-3000:])
-        out = flows.lab.ssh(chief, f"systemctl show {flows.unit(job)} -p ExecMainStartTimestampMonotonic --value; "
-                                   "cat /proc/uptime").stdout.split()
-        unit_age = float(out[1]) - int(out[0]) / 1e6  # seconds since the unit started (guest clock)
-        return first, unit_age
-    finally:
-        os.killpg(started[0].pid, 15)
-        started[0].wait(timeout=60)
-        flows.stop_everywhere(job, [h for h, _, _ in slots])
-
-
-def site_rerun(flows: Flows) -> tuple[float, float]:
-    one = flows.run("site.yml", flows.hosts_file("rerun-1", PS_SLOTS[:1]), "noop", timeout=900)
-    four = flows.run("site.yml", flows.hosts_file("rerun-4", PS_SLOTS), "noop", timeout=900)
-    for run in (one, four):
-        if run.returncode != 0 or any(c["changed"] for h, c in run.recap.items() if h != "localhost"):
-            raise RuntimeError("the no-op site.yml re-run failed or changed something:\n" + run.describe())
-    return one.seconds, four.seconds
-
-
-def worker_death(flows: Flows) -> float:
-    job = f"bench-death-{int(time.time())}"
-    slots = MWMS_SLOTS
+def worker_death(flows: Flows, slots: tuple[tuple[str, str, int], ...]) -> float:
+    """Seconds from a worker's trainer SIGKILLed (no restarts left) to train.yml failed naming it, every unit
+    stopped."""
+    job = f"bench-death-{flows.session}"
     worker = slots[1][0]
-    evars = {"tfcluster_trainer_args": TINY_TRAINER_ARGS + " --steps-per-epoch 400", "tf_job_max_restarts": 0,
-             "tf_job_stall_timeout": STALL_TIMEOUT}
+    evars = {"tfcluster_trainer_args": TINY_TRAINER_ARGS + " --steps-per-epoch 400", "tf_job_max_restarts": 0}
     started = flows.start("train.yml", flows.hosts_file(job, slots), job, evars)
     try:
         wait_until(lambda: step_of(flows.status(worker, job)) >= 1 or started[0].poll() is not None, 900,
@@ -140,19 +86,22 @@ def worker_death(flows: Flows) -> float:
         flows.stop_everywhere(job, [h for h, _, _ in slots])
 
 
-def collector_vs_scp(flows: Flows, workdir: Path,
-                     slots: tuple[tuple[str, str, int], ...] = MWMS_SLOTS) -> tuple[float, float, float, int]:
-    """(collect.yml wall s, its transfer task's s, scp -r s, bytes) for one finished job with a big export."""
-    job = f"bench-collect-{int(time.time())}"
+def collector_vs_scp(flows: Flows, workdir: Path, mib: int,
+                     slots: tuple[tuple[str, str, int], ...]) -> tuple[float, float, float, int]:
+    """(collect.yml wall s, its transfer task's s, scp -r s, bytes) for one finished job whose model dir holds
+    ``mib`` MiB laid out as the trainer leaves it: the export's weights (a quarter) and the last two checkpoints with
+    the optimizer's slots (three eighths each), random bytes (incompressible, as weights are)."""
+    job = f"bench-collect-{mib}-{flows.session}"
     chief = slots[0][0]
     model_dir = flows.model_dir(job)
+    export, ckpt = mib // 4, mib * 3 // 8
     flows.lab.ssh(chief, f"set -e; mkdir -p {model_dir}/export/variables {model_dir}/checkpoints; cd {model_dir}; "
-                         f"head -c {COLLECT_MB}M /dev/urandom > export/variables/variables.data-00000-of-00001; "
-                         "head -c 4M /dev/urandom > checkpoints/ckpt-3.data; echo '{}' > config.json; "
-                         "echo '{\"epochs\": 3}' > metrics.json; "
-                         "sha256sum config.json metrics.json checkpoints/ckpt-3.data "
-                         "export/variables/variables.data-00000-of-00001 > MANIFEST.sha256; echo '{}' > DONE",
-                  timeout=300)
+                         f"head -c {export}M /dev/urandom > export/variables/variables.data-00000-of-00001; "
+                         f"head -c {ckpt}M /dev/urandom > checkpoints/ckpt-2.data-00000-of-00001; "
+                         f"head -c {ckpt}M /dev/urandom > checkpoints/ckpt-3.data-00000-of-00001; "
+                         "echo '{}' > config.json; echo '{\"epochs\": 3}' > metrics.json; "
+                         "sha256sum config.json metrics.json checkpoints/* export/variables/* > MANIFEST.sha256; "
+                         f"echo '{{}}' > DONE; chown -R tfcluster: {model_dir}", timeout=300)
     nbytes = int(flows.lab.ssh(chief, f"du -sb {model_dir} | cut -f1").stdout.strip())
     try:
         run = flows.run("collect.yml", flows.hosts_file(job, slots), job, timeout=900)
@@ -165,7 +114,10 @@ def collector_vs_scp(flows: Flows, workdir: Path,
         scp = time.monotonic() - t0
         shutil.rmtree(dest)
         fetch = sum(float(line.split()[1]) for line in run.output.splitlines() if line.startswith("TIMING")
-                    and "Collect the model dir into" in line)
+                    and COLLECT_TASK in line)
+        if fetch <= 0:
+            raise RuntimeError(f"collect.yml printed no TIMING line for {COLLECT_TASK!r}:\n" + run.describe())
+        shutil.rmtree(flows.artifacts(job), ignore_errors=True)
         return run.seconds, fetch, scp, nbytes
     finally:
         flows.lab.ssh(chief, f"rm -rf {model_dir}", check=False)
@@ -188,39 +140,85 @@ def _ok(ok: bool) -> str:
     return "met" if ok else "NOT MET"
 
 
+def print_first_steps(steps: list[FirstStep]) -> float:
+    seconds = statistics.median(s.seconds for s in steps)
+    print(f"1. `tfcluster train`, new job id, prepared cluster (chief + 2 workers) -> the chief's first step: "
+          f"{', '.join(f'{s.seconds:.1f}' for s in steps)} s, median {seconds:.1f} s "
+          f"(goal <= {GOAL_FIRST_STEP_S:.0f} s: {_ok(seconds <= GOAL_FIRST_STEP_S)})")
+    middle = sorted(steps, key=lambda s: s.seconds)[len(steps) // 2]
+    print("   where the seconds of the median run went:")
+    for name, took in stage_rows(middle):
+        print(f"     {took:6.2f} s  {name}")
+    print(f"   the trainer's own startup_s (chief): {startup_text(middle.startup) or 'not reported'}")
+    return seconds
+
+
+def print_scale(scales: dict[int, Scale]) -> dict[str, float]:
+    """Each figure at every host count, its ratio to one host, the per-host slope and the 256-host extrapolation."""
+    one, top = min(scales), max(scales)
+    figures = {"no-op site.yml": {n: median_s(s.noop) for n, s in scales.items()},
+               "gang start + first poll": {n: statistics.median(s.start_poll) for n, s in scales.items()},
+               "status.yml (make status)": {n: median_s(s.status) for n, s in scales.items()}}
+    out: dict[str, float] = {}
+    print(f"4. flat with hosts (medians; goal <= {GOAL_FLAT_RATIO}x one host at {top}):")
+    for name, by in figures.items():
+        ratio = by[top] / by[one]
+        slope = (by[top] - by[one]) / (top - one)
+        at = by[one] + slope * (EXTRAPOLATE_TO - one)
+        cells = ", ".join(f"{n} host(s) {by[n]:.2f} s" for n in sorted(by))
+        print(f"   {name}: {cells} -> {top} vs {one}: {ratio:.2f}x ({_ok(ratio <= GOAL_FLAT_RATIO)}); "
+              f"{slope * 1000:.0f} ms per added host -> {EXTRAPOLATE_TO} hosts ~{at:.1f} s ({at / by[one]:.1f}x)")
+        out[name] = ratio
+    four = figures["no-op site.yml"].get(4)
+    if four is not None:
+        ratio = four / figures["no-op site.yml"][one]
+        print(f"   no-op site.yml 4 vs 1 host: {ratio:.2f}x (goal <= {GOAL_RERUN_4_RATIO}x: "
+              f"{_ok(ratio <= GOAL_RERUN_4_RATIO)})")
+    for n in sorted(scales):
+        s = scales[n]
+        print(f"   control machine CPU at {n} host(s): no-op site.yml {median_cpu(s.noop):.1f} s (ansible-playbook "
+              f"itself {median_cpu(s.noop, 'main_cpu_s'):.1f} s), status.yml {median_cpu(s.status):.1f} s; "
+              f"the hosts' CPU in the no-op {median_cpu(s.noop, 'hosts_cpu_s'):.1f} s")
+    return out
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    with tempfile.TemporaryDirectory(prefix="lab-flows-bench-") as tmp, prepared_lab(Path(tmp)) as flows:
-        first, unit_age = time_to_first_step(flows)
-        print(f"1. time to first training step (prepared cluster, chief + 2 workers): {first:.1f} s "
-              f"(playbook until the units start {first - unit_age:.1f} s + unit start -> first step {unit_age:.1f} s)"
-              f"; goal <= {GOAL_FIRST_STEP_S:.0f} s: {_ok(first <= GOAL_FIRST_STEP_S)}")
-        one, four = site_rerun(flows)
-        print(f"2. no-op site.yml re-run: 1 host {one:.1f} s, 4 hosts {four:.1f} s -> ratio {four / one:.2f}x "
-              f"(goal <= {GOAL_RERUN_RATIO}x: {_ok(four / one <= GOAL_RERUN_RATIO)})")
-        death = worker_death(flows)
-        print(f"3. worker death -> job stopped and reported: {death:.1f} s (goal <= 10 s + progress timeout "
-              f"{STALL_TIMEOUT} s = {10 + STALL_TIMEOUT} s; restarts disabled for this run)")
-        collect, fetch, scp, nbytes = collector_vs_scp(flows, Path(tmp))
-        mb = nbytes / 1e6
-        print(f"4. collector throughput: {mb:.0f} MB, its transfer task {fetch:.1f} s ({mb / fetch:.0f} MB/s, sha256 "
-              f"checked on the fly) vs scp -r {scp:.1f} s ({mb / scp:.0f} MB/s) -> ratio {scp / fetch:.2f} "
-              f"(goal >= {GOAL_COLLECTOR_RATIO}: {_ok(scp / fetch >= GOAL_COLLECTOR_RATIO)});"
-              f" the whole collect.yml run {collect:.1f} s ({mb / collect:.0f} MB/s, with "
-              f"ansible-playbook's start and the DONE/manifest checks) -> {scp / collect:.2f}")
+    print(f"start: {load()}", flush=True)
+    results: dict[str, object] = {}
+    with tempfile.TemporaryDirectory(prefix="lab-flows-bench-") as tmp, bench_lab(Path(tmp)) as flows:
+        names = [h.name for h in flows.lab.hosts]
+        steps = first_steps(flows)
+        results["first_step_s"] = round(print_first_steps(steps), 1)
+        results["first_steps_s"] = [round(s.seconds, 1) for s in steps]
+        mwms = slots_of(3, names)
+        death = worker_death(flows, mwms)
+        results["worker_death_s"] = round(death, 1)
+        print(f"2. worker death -> every unit stopped, train.yml failed naming it: {death:.1f} s "
+              f"(goal <= {GOAL_DEATH_S:.0f} s: {_ok(death <= GOAL_DEATH_S)})", flush=True)
+        for mib in COLLECT_MIB:
+            collect, fetch, scp, nbytes = collector_vs_scp(flows, Path(tmp), mib, mwms)
+            mb = nbytes / 1e6
+            print(f"3. collector, {mib} MiB model dir: its transfer task {fetch:.1f} s ({mb / fetch:.0f} MB/s, sha256 "
+                  f"on the fly, as the job user) vs scp -r {scp:.1f} s ({mb / scp:.0f} MB/s) -> {scp / fetch:.2f} "
+                  f"(goal >= {GOAL_COLLECTOR_RATIO}: {_ok(scp / fetch >= GOAL_COLLECTOR_RATIO)}); the whole "
+                  f"collect.yml {collect:.1f} s (ansible-playbook's start, DONE and manifest read) -> "
+                  f"{scp / collect:.2f}", flush=True)
+            results[f"collector_ratio_{mib}mib"] = round(scp / fetch, 2)
+            results[f"collect_playbook_ratio_{mib}mib"] = round(scp / collect, 2)
+        scales = flat_with_hosts(flows)
+        results.update({f"flat_{k.split(' (')[0].replace(' ', '_')}": round(v, 2)
+                        for k, v in print_scale(scales).items()})
     listed = inventory_list()
     (small, (_, small_bytes)), (big, (big_s, big_bytes)) = sorted(listed.items())
     linear = (big_bytes / big) / (small_bytes / small)
     print(f"5. inventory --list: {big} hosts {big_s:.2f} s, {big_bytes / 1e6:.1f} MB; bytes per host at {big} vs "
           f"{small} hosts {linear:.2f} (1.00 = linear) (goal < 1 s, < 10 MB, linear: "
           f"{_ok(big_s < 1 and big_bytes < 10e6 and linear < 1.1)})")
-    print(json.dumps({"first_step_s": round(first, 1), "site_rerun_1_s": round(one, 1),
-                      "site_rerun_4_s": round(four, 1), "site_rerun_ratio": round(four / one, 2),
-                      "worker_death_s": round(death, 1), "collect_mb": round(mb), "transfer_s": round(fetch, 2),
-                      "scp_s": round(scp, 2), "collector_ratio": round(scp / fetch, 2),
-                      "collect_playbook_s": round(collect, 1), "collect_playbook_ratio": round(scp / collect, 2),
-                      "list_hosts": big, "list_s": round(big_s, 2), "list_mb": round(big_bytes / 1e6, 1),
-                      "list_bytes_per_host_growth": round(linear, 2)}))
+    results.update(list_hosts=big, list_s=round(big_s, 2), list_mb=round(big_bytes / 1e6, 1),
+                   list_bytes_per_host_growth=round(linear, 2))
+    print(f"end: {load()}")
+    print(json.dumps(results))
     return 0
 
 

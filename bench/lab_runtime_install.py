@@ -1,6 +1,6 @@
 """Benchmark: the air-gapped runtime install on lab hosts (root; boots a lab of 4 hosts).
 
-    .venv/bin/python bench/lab_runtime_install.py
+    .venv/bin/python -m bench.lab_runtime_install
 
 Measures, in one run: building the wheelhouse on the control machine (cold, into a temporary directory), then
 copying it to a host and installing TensorFlow from it (``venv`` + ``pip install --no-index --find-links``) on

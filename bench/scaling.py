@@ -5,7 +5,7 @@ configuration (``--model cnn-heavy``, larger per-replica batch). Also prints the
 end-of-fit teardown of each run (from the chief's metrics.json). TF sizes its own thread pools (forcing one thread
 was 4x slower, measured). One run per configuration by default (``--repeats`` for medians); not a timed test.
 
-    .venv/bin/python bench/scaling.py [--configs cnn,cnn-heavy] [--epochs 4] [--repeats 1] [--json OUT]
+    .venv/bin/python -m bench.scaling [--configs cnn,cnn-heavy] [--epochs 4] [--repeats 1] [--json OUT]
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Prints examples/s of each (steady state: the epochs after the first) and the rat
 the end-of-fit teardown (``fit_teardown_s``, goal <= 1 s) and its start-up timeline (``startup_s``: seconds from
 the process's start to each phase, to the first step). One run; not a timed test.
 
-    .venv/bin/python bench/train_throughput.py [--epochs 4] [--repeats 1] [--data .cache/datasets/mnist.npz]
+    .venv/bin/python -m bench.train_throughput [--epochs 4] [--repeats 1] [--data .cache/datasets/mnist.npz]
         [--json OUT]
 """
 

@@ -147,7 +147,7 @@ class Flows:
         """The playbook in the background; with ``events``, the tfcluster events callback writes that file (the
         stages and the wait's polls, tfcluster/run/events.py), as under the `tfcluster` command."""
         argv = self.argv(playbook, job, extra_vars, args)
-        log = self.workdir / f"{job}-{playbook.removesuffix('.yml')}-{int(time.time() * 1000)}.log"
+        log = self.workdir / f"{job}-{Path(playbook).stem}-{int(time.time() * 1000)}.log"
         env = self.env(hosts_file)
         if events is not None:
             env.update(TFCLUSTER_EVENTS=str(events), ANSIBLE_CALLBACKS_ENABLED="flow_timing,tfcluster.cluster.events")

@@ -172,7 +172,7 @@ class Twin:
     def terraform(self, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
         from tfcluster.provision import terraform as toolchain
 
-        env = toolchain.terraform_env(self.env(), cluster="aws")
+        env = toolchain.terraform_env(self.env(), provider=toolchain.REGISTRY)  # infra/aws; offline: TF_MIRROR
         proc = subprocess.run([*toolchain.terraform_command(), f"-chdir={self.tf_dir}", *args], env=env, text=True,
                               capture_output=True, check=False)
         if proc.returncode != 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,7 +48,30 @@ def group_problems(items: list[pytest.Item], root: Path) -> list[str]:
     return problems
 
 
+def ungrouped(items: list[pytest.Item]) -> list[str]:
+    """Under --dist loadgroup, the grouped tests whose node id pytest-xdist did not suffix with ``@GROUP``: xdist
+    schedules by that suffix, so without it the groups' tests would run side by side (pytest 9.2 with xdist 3.8)."""
+    return [item.nodeid for item in items if _group(item) and "@" not in item.nodeid]
+
+
+LOST_GROUPS = ("pytest-xdist's --dist loadgroup did not take the xdist_group marks ({first} and {more} more have no "
+               "@GROUP in their node id), so tests that must not overlap would run side by side. Fix: a pytest that "
+               "this pytest-xdist supports (requirements-dev.txt pins both)")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """On the controller: every lab test is grouped (checked below), so a worker's lab ids without a suffix mean
+    xdist could not group them."""
+    lab = [i for i in ids if i.startswith("tests/lab/")]
+    if node.config.getvalue("dist") == "loadgroup" and lab and not any("@" in i for i in lab):
+        raise pytest.UsageError(LOST_GROUPS.format(first=lab[0], more=len(lab) - 1))
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, which adds the @GROUP suffix on each worker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if getattr(config.option, "loadgroup", False) and (lost := ungrouped(items)):
+        raise pytest.UsageError(LOST_GROUPS.format(first=lost[0], more=len(lost) - 1))
     problems = group_problems(items, REPO)
     if problems:
         raise pytest.UsageError("tests that could collide when run side by side:\n  " + "\n  ".join(problems)

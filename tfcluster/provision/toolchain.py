@@ -90,3 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         LOG.error("%s", exc)
         return 1
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

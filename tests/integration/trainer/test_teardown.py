@@ -38,7 +38,7 @@ original = data_adapter.get_data_handler
 with train.holding_data_handlers():
     model.fit(dataset, epochs=2, steps_per_epoch=8, verbose=0)
 gc.collect()
-handlers = [h for h in train._HELD_UNTIL_EXIT if isinstance(h, data_adapter.DataHandler)]
+handlers = [h for h in train._KEPT_UNTIL_THE_END if isinstance(h, data_adapter.DataHandler)]
 iterators = [it for h in handlers for it in h._dataset.iterators]
 print(json.dumps({"handlers": len(handlers), "iterators": len(iterators),
                   "alive": [weakref.ref(it)() is not None for it in iterators],

@@ -31,8 +31,10 @@ open(sys.argv[2], "w").write("started")
 time.sleep(600)
 """
 # The command's side: tfcluster.run.ansible.run, as cmd_train calls it; Ctrl-C reaches it as KeyboardInterrupt.
+# SIGHUP as a terminal's job has it (the suite may run under nohup, which a child would inherit).
 COMMAND = """
-import sys
+import signal, sys
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 from pathlib import Path
 from tfcluster.run import ansible
 try:

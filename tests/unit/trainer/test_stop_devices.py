@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.trainer.tf_free import loads_tensorflow
 from tfcluster.core import contract
 from trainer import stop
 from trainer.config import FLAG_FIELDS, MODELS, ConfigError, TrainConfig, build_parser, parse_invocation
@@ -131,7 +132,7 @@ def test_probe_tpu_host_reads_devices_and_runtime_without_tensorflow(tmp_path: P
     assert host.devices == ("/dev/accel0", "/dev/accel1") and host.runtime
     bare = probe_tpu_host({}, devices=lambda pattern: [])
     assert bare.devices == () and not bare.runtime and bare.tensorflow and bare.tensorflow_tpu is None
-    assert "tensorflow" not in sys.modules
+    assert not loads_tensorflow(f"from {probe_tpu_host.__module__} import probe_tpu_host; probe_tpu_host({{}})")
 
 
 @pytest.mark.parametrize(("args", "expected"), [
