@@ -52,7 +52,7 @@ from tfcluster.core.contract import CHIEF, WORKER
 
 log = logging.getLogger(__name__)
 
-BOOT_TIMEOUT = 90.0  # seconds for a host to reach running/degraded and answer SSH (2 busy cores)
+BOOT_TIMEOUT = 180.0  # seconds for a host to reach running/degraded and answer SSH (2 cores at load 12)
 
 
 class Lab(Access):

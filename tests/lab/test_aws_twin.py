@@ -6,7 +6,7 @@ In order, on one twin: provision (an instance whose sshd starts 25 s late; host 
 train the default job (real MNIST, default settings but one epoch) over SSH by private IP as the AMI's `ubuntu`
 user, collect and verify; the same through a bastion with the hosts reachable only through it; a host whose key
 changed is refused naming it; destroy leaves no instance with the cluster tag. Then a second cluster (issue 22),
-provisioned with IDLE=1 and never prepared: its boot guard (the user data, applied by the twin as cloud-init would)
+provisioned with IDLE=2 and never prepared: its boot guard (the user data, applied by the twin as cloud-init would)
 powers every instance off after the idle time; a newer image registered in the account replaces no instance while
 `make plan` names it; `make start` brings the stopped cluster back (the known host keys kept), a train stopped by its
 deadline is stopped again by autostop, started again, and `make train` resumes it. Figures (provision time, time to
@@ -181,10 +181,10 @@ def test_destroy_leaves_no_instance_with_the_cluster_tag(twin: Twin) -> None:
 
 
 # ---- issue 22: the cost guard from the first minute, stop and start, a newer image ---------------------------------
-# A second cluster on the same twin, after the destroy above: provisioned with IDLE=1 (the boot guard's idle time) and
+# A second cluster on the same twin, after the destroy above: provisioned with IDLE=2 (the boot guard's idle time) and
 # never prepared; the lab hosts play cloud-init (the user data moto holds) and the hypervisor (a host that powers
 # itself off is stopped in moto; `make start` boots it again with its disk).
-IDLE_MINUTES = 1
+IDLE_MINUTES = 2  # the prepare after `make start` must finish inside it on a loaded 2-core machine (71 s seen)
 
 
 def _states(twin: Twin) -> set[str]:
@@ -216,7 +216,7 @@ def test_an_instance_that_is_never_prepared_powers_itself_off_after_idle(twin: T
         after = moment - applied[name]
         FIGURES[f"boot_guard_off_s[{name}]"] = round(after, 1)
         print(f"[twin] {name}: never prepared, powered off {after:.0f} s after boot (IDLE={IDLE_MINUTES} min)")
-        assert 55 <= after <= 60 * IDLE_MINUTES + 60 + 30, (name, after)  # idle time + one check interval
+        assert 60 * IDLE_MINUTES - 5 <= after <= 60 * IDLE_MINUTES + 60 + 30, (name, after)  # idle + one check
     assert _states(twin) == {"stopped"}  # autostop_down's default: stopped, not terminated
 
 
@@ -248,7 +248,7 @@ def test_make_start_after_an_autostop_stop_and_make_train_resumes_the_job(twin: 
     # A deadline before the end: every task saves a backup and stops (exit 3), the run fails as `timeout`.
     first = twin.make("train", JOB=job, **{**TRAIN_VARS, "EPOCHS": "8", "MAX_DURATION": "45s"})
     assert first.returncode != 0 and "timeout" in first.output, first.tail(40)
-    # The prepare took the boot guard over: the role's checker, the guard's settings (IDLE=1), one timer.
+    # The prepare took the boot guard over: the role's checker, the guard's settings (IDLE=2), one timer.
     status = _status(twin, "tw-worker-0")
     assert (status["guard"], status["idle_minutes"]) == ("role", IDLE_MINUTES) and status["expires_at"]
     assert twin.lab.ssh("tw-worker-0", "test -e /opt/tfcluster/autostop/boot_guard.py", check=False).returncode == 1

@@ -66,13 +66,14 @@ def test_a_cpu_job_writes_its_home_and_the_s3_cache(flow_lab: Flows) -> None:
             owner = flow_lab.lab.ssh(host, f"stat -c '%U %a' {home_of(job)} /var/lib/tfcluster/datasets/s3").stdout
             assert owner.split("\n")[:2] == ["tfcluster 750", "tfcluster 750"], owner
         if MNIST.is_file() and sha256_file(str(MNIST)) != KERAS_DATASETS["mnist"][1]:
-            assert "is not Keras' own mnist.npz" in run.output, run.describe(40)
+            assert "is not the mnist.npz Keras pins" in run.output, run.describe(40)
     finally:
         flow_lab.stop_everywhere(job, [h for h, _, _ in WORKERS])
 
 
-def unit_run_argv(unit: str, program: list[str]) -> str:
-    """systemd-run with every property of the rendered unit's sandbox (and its user, env file, writable paths)."""
+def unit_run_argv(unit: str, program: list[str], workdir: str | None = None) -> str:
+    """systemd-run with every property of the rendered unit's sandbox (and its user, env file, writable paths);
+    ``workdir`` instead of the unit's WorkingDirectory (a job only configured, not deployed, has no script dir)."""
     keep = ("User=", "Group=", "EnvironmentFile=", "ReadWritePaths=", "WorkingDirectory=")
     service = unit.split("[Service]", 1)[1]
     props, in_sandbox = [], False
@@ -81,7 +82,7 @@ def unit_run_argv(unit: str, program: list[str]) -> str:
         if line.startswith("NoNewPrivileges="):
             in_sandbox = True  # the sandbox list starts here (tf_job vars: _tf_job_sandbox_base's first entry)
         if line and not line.startswith("#") and (in_sandbox or line.startswith(keep)):
-            props.append(line)
+            props.append(f"WorkingDirectory={workdir}" if workdir and line.startswith("WorkingDirectory=") else line)
     args = ["systemd-run", "--wait", "--pipe", "--collect", "--quiet", "--service-type=exec"]
     args += [a for p in props for a in ("-p", p)]
     return shlex.join([*args, "--", *program])
@@ -100,8 +101,8 @@ def test_a_program_in_a_gpu_units_sandbox_sees_proc_and_writes_its_home(flow_lab
     after = next(line for line in unit.splitlines() if line.startswith("After="))
     assert "tfcluster.nvidia-uvm.service" in after.split("=", 1)[1].split(), unit
     out = f"/var/lib/tfcluster/{job}/probe-gpu.json"  # the model dir: writable in the unit
-    flow_lab.lab.ssh(host, unit_run_argv(unit, ["/usr/bin/python3", "-I", "-c", PROBE.read_text(), out]),
-                     timeout=120)
+    flow_lab.lab.ssh(host, unit_run_argv(unit, ["/usr/bin/python3", "-I", "-c", PROBE.read_text(), out],
+                                         workdir=f"/var/lib/tfcluster/{job}"), timeout=120)
     seen = flow_lab.read_json(host, out)
     assert seen is not None
     assert_home_writable(seen, job)

@@ -69,7 +69,7 @@ def keras_files(datasets_dir: str, names: Iterable[str]) -> tuple[dict[str, str]
             continue
         got = sha256_file(source)
         if got != want:
-            notes.append(f"{source} is not Keras' own {target} (sha256 {got[:12]}, Keras checks {want[:12]}): "
+            notes.append(f"{source} is not the {target} Keras pins (sha256 {got[:12]}, Keras checks {want[:12]}): "
                          f"keras.datasets.{name}.load_data() would download it; read {source} with numpy "
                          f"(np.load(os.environ['TFCLUSTER_DATASETS'] + '/{name}.npz')) on hosts without internet")
             continue

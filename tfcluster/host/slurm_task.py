@@ -222,11 +222,11 @@ class Relay:
         code = child.wait()
         status = code if code >= 0 else 128 - code
         record, spec = self.record, self.spec
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        with open(log_path(spec, record["slot"]), "ab") as out:  # the log first: a poll that reads the record's end
+            out.write(f"=== {record['slot']} on {record['node']} ended: {how}\n".encode())  # finds it there
         record.update(ended_at=time.time(), state="ended", exit_code=status, signal=-code if code < 0 else None)
         write_record(spec, record["slot"], record)
-        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-        with open(log_path(spec, record["slot"]), "ab") as out:
-            out.write(f"=== {record['slot']} on {record['node']} ended: {how}\n".encode())
         return status
 
 

@@ -18,8 +18,9 @@ own time limit (none unless set: ``Settings.timeout``) > a task without progress
 
 A stall is judged by the task's own phase (``state`` in its status.json, :func:`stall_marks`): the built-in trainer
 counts only while it says ``training``, and then its epoch and step must advance (at an epoch boundary - the first
-step, the epoch's backup and checkpoint - it gets twice the stall time plus the longest epoch seen); every other
-phase (starting, which loads and downloads the data, connecting to its peers, exporting, serving) is progress. A task
+step, the epoch's backup and checkpoint - it gets twice the stall time plus the longest epoch seen), and while it
+says ``connecting`` it may wait for its peers for the stall time (a peer cut from the others never comes); every other
+phase (starting, which loads and downloads the data, exporting, serving) is progress. A task
 that names no phase (a SCRIPT that writes no status.json) is judged by its output (status.json and log unchanged).
 ``stall_timeout`` 0 turns the stall off (STALL=off; the default of a SCRIPT job).
 
@@ -55,6 +56,7 @@ from tfcluster.host.jobspec import (
 
 # Decisions (RUNNING, PREEMPTED, TIMEOUT and STOPPED share the state names).
 DONE_DECISION, FAILED_DECISION, STALLED, UNREACHABLE = "done", FAILED, "stalled", "unreachable"
+CONNECTING = "connecting"  # the trainer's phase while it waits for its peers (trainer/train.py)
 DECISIONS = (RUNNING, DONE_DECISION, FAILED_DECISION, STALLED, PREEMPTED, TIMEOUT, STOPPED, UNREACHABLE)
 # The playbook stops every task and fails; on UNREACHABLE it only fails (no host can be reached to stop).
 OVER = frozenset(DECISIONS) - {RUNNING, DONE_DECISION, UNREACHABLE}
@@ -201,10 +203,13 @@ def _progress(status: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def stall_marks(status: Mapping[str, Any]) -> list[Any] | None:
     """What must change for a task to count as making progress; None: it cannot stall in its phase (see the module
-    docstring): ``training`` -> its epoch and step; another phase -> None; no phase -> its status.json and log."""
+    docstring): ``training`` -> its epoch and step; ``connecting`` -> the phase itself; another phase -> None; no phase
+    -> its status.json and log."""
     phase = _progress(status).get("state")
     if not isinstance(phase, str):
         return ["output", *_marks(status)]
+    if phase == CONNECTING:
+        return [CONNECTING]  # unchanged while it waits: peers that never come (a host cut from them) stall it
     if phase != TRAINING:
         return None
     progress = _progress(status)

@@ -59,7 +59,7 @@ def test_keras_takes_only_its_own_file(keras_pin: Path, tmp_path: Path) -> None:
     assert files == {str(keras_pin / "mnist.npz"): "mnist.npz"} and notes == []
     (keras_pin / "mnist.npz").write_bytes(b"the same arrays, another zip writer")
     files, notes = jobhome.keras_files(str(keras_pin), ["mnist"])
-    assert files == {} and "is not Keras' own mnist.npz" in notes[0] and "np.load" in notes[0]
+    assert files == {} and "is not the mnist.npz Keras pins" in notes[0] and "np.load" in notes[0]
     files, notes = jobhome.keras_files(str(tmp_path / "none"), ["mnist"])
     assert files == {} and "is missing" in notes[0]
 

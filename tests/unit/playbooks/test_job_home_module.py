@@ -40,7 +40,7 @@ def test_rendered_notes_a_dataset_keras_would_download(tmp_path: Path, capsys: p
     datasets.mkdir()
     (datasets / "mnist.npz").write_bytes(b"the same arrays in another zip")
     out = run(job, home_args(tmp_path, datasets), capsys)
-    assert out["changed"] and "is not Keras' own mnist.npz" in out["notes"][0]
+    assert out["changed"] and "is not the mnist.npz Keras pins" in out["notes"][0]
     assert not (tmp_path / "jobs/t/home/.keras/datasets/mnist.npz").exists()
 
 

@@ -68,7 +68,7 @@ def test_a_signal_to_the_command_leaves_the_job_running(tmp_path: Path, sig: sig
         assert started.exists(), "the stand-in playbook did not start the task"
         pid = jobspec.read_int(jobspec.main_pid_path(jobspec.load_spec(spec)))
         os.killpg(command.pid, sig)  # what Ctrl-C / a closed terminal does to the foreground group
-        assert command.wait(30) == code
+        assert command.wait(90) == code  # a loaded machine: Python exits slowly
         time.sleep(0.5)
         status = jobstatus.status(spec)
         assert status["state"] == jobspec.RUNNING, status

@@ -380,11 +380,21 @@ def phase(name: str, **more: Any) -> dict[str, Any]:
 STALL = Settings(chief="w0", stall_timeout=60)
 
 
-@pytest.mark.parametrize("name", ["starting", "connecting", "exporting", "serving"])
+@pytest.mark.parametrize("name", ["starting", "exporting", "serving"])
 def test_a_phase_other_than_training_is_progress(name: str) -> None:
-    """The trainer downloads its data while it says starting, waits for its peers while connecting."""
+    """The trainer downloads its data while it says starting (S3 included: minutes)."""
     outs = rounds((0.0, [phase(name)]), (5000.0, [phase(name)]), settings=STALL)
     assert outs[-1]["decision"] == RUNNING
+
+
+def test_waiting_for_peers_longer_than_the_stall_time_is_a_stall() -> None:
+    """A peer cut from the others never comes: its peers say connecting until the stall time, then the job stops."""
+    outs = rounds((0.0, [phase("starting")]), (10.0, [phase("connecting")]), (69.0, [phase("connecting")]),
+                  (71.0, [phase("connecting")]), settings=STALL)
+    assert [o["decision"] for o in outs] == [RUNNING, RUNNING, RUNNING, STALLED]
+    assert "w0 made no progress for 60s" in outs[-1]["message"]
+    back = rounds((0.0, [phase("connecting")]), (50.0, [training(1, 1)]), (100.0, [training(1, 2)]), settings=STALL)
+    assert {o["decision"] for o in back} == {RUNNING}
 
 
 def test_while_training_the_step_must_advance() -> None:
