@@ -114,6 +114,9 @@ class Lab(Access):
                 self._down_locked()
             spec = self._make_spec(system.used_networks())
             self._check_free(spec)
+            # The subnet is this lab's now: an `unreachable` route a crashed run left (isolate, go_offline) would cut
+            # the control machine off from every host ("No route to host").
+            system.set_unreachable(spec.subnet, on=False)
             self.spec = spec
             self.paths.run.mkdir(parents=True)
             (self.paths.run / "logs").mkdir()
@@ -168,7 +171,7 @@ class Lab(Access):
     def _down_locked(self) -> None:
         hosts = self._hosts_on_disk()
         spec = self._spec_on_disk()
-        if spec is not None and self.isolated:
+        if spec is not None:  # isolated or offline (the laptop tests): the route goes with the lab
             system.set_unreachable(spec.subnet, on=False)
         errors: list[str] = []
         for host in sorted(hosts):  # every host powers off at once; then each is waited for

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import grp
-import json
 import os
 import pwd
 import shutil
@@ -31,6 +30,7 @@ from typing import Any
 
 from ..core.contract import JOB_HOME_ENV
 from ..core.files import sha256_file
+from .asuser import run_as
 from .jobspec import JobError
 
 HOME_MODE = 0o750
@@ -117,32 +117,8 @@ def _ids(user: str, group: str | None) -> tuple[int, int]:
 
 def _in_child(uid: int, gid: int, home: str, files: Mapping[str, str]) -> dict[str, Any]:
     """:func:`prepare_here` in a child running as ``uid``:``gid``; its result comes back through a pipe."""
-    reader, writer = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child's outcome comes back through the pipe
-        code = 1
-        try:
-            os.close(reader)
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-            os.umask(0o027)
-            result: dict[str, Any] = prepare_here(home, files)
-            code = 0
-        except BaseException as error:
-            result = {"error": f"{type(error).__name__}: {error}"}
-        finally:
-            with contextlib.suppress(BaseException):
-                os.write(writer, json.dumps(result).encode())
-            os._exit(code)
-    os.close(writer)
-    with os.fdopen(reader, "rb") as pipe:
-        data = pipe.read()
-    os.waitpid(child, 0)
-    try:
-        result = json.loads(data)
-    except ValueError:
-        result = {"error": "the process that makes the job's home ended without a result"}
+    result = run_as(uid, gid, lambda: prepare_here(home, files), umask=0o027,
+                    what="the process that makes the job's home")
     if "error" in result:
         raise JobError(f"the job's home {home} cannot be made as the job user (uid {uid}): {result['error']}. Fix: "
                        f"the job user must own {os.path.dirname(os.path.dirname(os.path.dirname(home)))} (the "

@@ -1,9 +1,8 @@
 """Read a finished model dir as the job's user, never following a symlink. Standard library only.
 
 Run where the chief's model dir is: the Slurm kind's login node (``python3 -m tfcluster.host.slurm_task manifest``
-reads the chief's model dir on the shared directory with it). The same reading as the collection's
-module_utils/modeldir.py (the ``tfcluster.cluster.manifest_info`` module on a chief), which can become an import of
-this file (module_utils/host/modeldir.py). Every path below the model dir is opened component by component with
+reads the chief's model dir on the shared directory with it) and the ``tfcluster.cluster.manifest_info`` module on a
+chief (module_utils/host/modeldir.py is this file). Every path below the model dir is opened component by component with
 ``O_NOFOLLOW`` (relative to the directory's own descriptor), so a link anywhere below it -- the manifest, a
 directory, a file -- is refused instead of read. Sizes come from ``lstat``: regular files only.
 """

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import grp
-import json
 import os
 import pwd
 import signal
@@ -27,6 +26,7 @@ from typing import Any
 from ..core.contract import DONE
 from ..core.files import atomic_write_text, fsync_tree, write_manifest
 from . import netns
+from .asuser import run_as
 from .jobspec import (
     FAILED,
     PREEMPTED,
@@ -362,33 +362,8 @@ def _as_owner(fd: int, model_dir: str) -> dict[str, Any]:
     """Run :func:`_finalize_here` in a child that works in the directory ``fd`` as the directory's owner (root
     stays root only for a root-owned one): every file it reads or writes is then the owner's own business."""
     owner = os.fstat(fd)
-    reader, writer = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child's outcome comes back through the pipe
-        code = 1
-        try:
-            os.close(reader)
-            os.fchdir(fd)
-            if owner.st_uid != 0:
-                os.setgroups([])
-                os.setgid(owner.st_gid)
-                os.setuid(owner.st_uid)
-            result: dict[str, Any] = _finalize_here(".")
-            code = 0
-        except BaseException as error:
-            result = {"error": f"{type(error).__name__}: {error}"}
-        finally:
-            with contextlib.suppress(BaseException):
-                os.write(writer, json.dumps(result).encode())
-            os._exit(code)
-    os.close(writer)
-    with os.fdopen(reader, "rb") as pipe:
-        data = pipe.read()
-    os.waitpid(child, 0)
-    try:
-        result = json.loads(data)
-    except ValueError:
-        result = {"error": "the finalizing process ended without a result"}
+    result = run_as(owner.st_uid, owner.st_gid, lambda: _finalize_here("."), cwd_fd=fd,
+                    what="the finalizing process")
     if "error" in result:
         raise JobError(f"finalize of model dir {model_dir} as its owner (uid {owner.st_uid}) failed: "
                        f"{result['error']}. Fix: every file in the model dir must be readable by the job user "

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[3]
 PLUGINS = REPO / "playbooks/collections/ansible_collections/tfcluster/cluster/plugins"
 
 
-from ansible_collections.tfcluster.cluster.plugins.module_utils import modeldir  # noqa: E402
+from ansible_collections.tfcluster.cluster.plugins.module_utils.host import modeldir  # noqa: E402
 
 FILES = {"export/saved_model.pb": b"graph" * 1000, "export/variables/v.data": bytes(range(256)) * 4096,
          "checkpoints/ckpt-1.index": b"idx", "metrics.json": b'{"epochs": 3}'}

@@ -74,7 +74,7 @@ total_bytes:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.tfcluster.cluster.plugins.module_utils.modeldir import ModelDirError, describe
+from ansible_collections.tfcluster.cluster.plugins.module_utils.host.modeldir import ModelDirError, describe
 
 
 def main() -> None:
