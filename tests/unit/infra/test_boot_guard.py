@@ -55,6 +55,31 @@ def test_the_guard_uses_the_checkers_names() -> None:
     assert "- path: /usr/local/bin/tfcluster-autostop\n" in text  # the role's wrapper (vars/main.yml)
 
 
+def test_the_guard_reads_the_units_as_the_checker_does() -> None:
+    """The guard carries its own copy of the checker's reading of `systemctl show` (user data imports nothing)."""
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location("boot_guard", GUARD)
+    assert spec and spec.loader
+    guard = module_from_spec(spec)
+    spec.loader.exec_module(guard)
+    prefix = contract.UNIT_PREFIX
+    samples = [
+        "",
+        f"Id={prefix}a.service\nActiveState=active\nInactiveEnterTimestamp=\n\n"
+        f"Id={prefix}b.service\nActiveState=inactive\nInactiveEnterTimestamp=@1700000100\n\n"
+        f"Id={prefix}c.service\nActiveState=failed\nInactiveEnterTimestamp=@1700000050\n\n"
+        "Id=ssh.service\nActiveState=active\nInactiveEnterTimestamp=@1800000000\n\n"
+        f"Id={prefix}d.timer\nActiveState=activating\n\n"
+        f"Id={prefix}e.service\nActiveState=inactive\nInactiveEnterTimestamp=@junk\n",
+        f"Id={prefix}f.service\nActiveState=activating\nInactiveEnterTimestamp=Mon 2026-11-30 10:00:00 UTC\n",
+    ]
+    for text in samples:
+        busy, ended = guard.parse_units(text)
+        assert (tuple(busy), ended) == autostop.parse_units(text), text
+    assert autostop.parse_units(samples[1]) == ((f"{prefix}a.service",), 1700000100.0)
+
+
 def test_the_settings_are_the_checkers_keys_plus_the_expiry() -> None:
     fields = {f for f in autostop.Config.__dataclass_fields__} - {"installed", "changed_at"}
     assert _settings_keys() == fields | {"expires_at"}

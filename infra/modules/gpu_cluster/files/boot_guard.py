@@ -134,9 +134,15 @@ def job_units() -> tuple[list[str], float | None]:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"`{' '.join(argv)}` failed: {proc.stderr.strip()}")
+    return parse_units(proc.stdout)
+
+
+def parse_units(text: str) -> tuple[list[str], float | None]:
+    """``systemctl show`` output read as tfcluster.host.autostop.parse_units reads it (this file cannot import it;
+    tests/unit/infra/test_boot_guard.py proves the two agree)."""
     busy: list[str] = []
     ended: list[float] = []
-    for block in proc.stdout.strip().split("\n\n"):
+    for block in text.strip().split("\n\n"):
         props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
         unit = props.get("Id", "")
         if not (unit.startswith(JOB_PREFIX) and unit.endswith(".service")):
