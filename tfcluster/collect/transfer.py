@@ -389,6 +389,10 @@ class _Streams:
         self.failed.set()
         self.kill()
 
+    def past_timeout(self) -> CollectError:
+        return CollectError(f"the transfer ran past collector_timeout={self.timeout:.0f} s: cut off. Fix: raise "
+                            "collector_timeout for a big model dir")
+
 
 def stream_from(reach: Reach, model_dir: str, staging: Path, wanted: Mapping[str, Wanted], budget: Budget, *,
                 timeout: float, ciphers: str = "", streams: int = MAX_STREAMS) -> tuple[int, int]:
@@ -449,16 +453,14 @@ def _stream(argv: list[str], staging: Path, wanted: Mapping[str, Wanted], budget
             proc.kill()
             code = proc.wait()
             if running.timed_out.is_set():
-                raise CollectError(f"the transfer ran past collector_timeout={running.timeout:.0f} s: cut off. Fix: "
-                                   "raise collector_timeout for a big model dir") from None
+                raise running.past_timeout() from None
             reason = f"`tar` on the chief exited {code}" if code > 0 and not isinstance(error, CollectError) else ""
             raise CollectError(f"{reason or error}{_stderr_of(errors)}") from None
         finally:
             source.close()
         if code != 0:
             if running.timed_out.is_set():
-                raise CollectError(f"the transfer ran past collector_timeout={running.timeout:.0f} s: cut off. Fix: "
-                                   "raise collector_timeout for a big model dir")
+                raise running.past_timeout()
             raise CollectError(f"`{argv[0]} ... tar` exited {code}{_stderr_of(errors)}")
     return received
 
