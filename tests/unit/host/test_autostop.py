@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.host.proc_helpers import fake_proc
 from tfcluster.core.contract import UNIT_PREFIX, unit_name
 from tfcluster.host import autostop
 from tfcluster.host.autostop import Config, ConfigError, Facts, decide
@@ -208,19 +209,6 @@ def test_job_units_falls_back_without_unix_timestamps() -> None:
     assert run.calls[0][-1] == f"{UNIT_PREFIX}*.service"
     with pytest.raises(RuntimeError, match="failed"):
         autostop.job_units(FakeRun({("systemctl",): (1, "")}))
-
-
-def fake_proc(root: Path, processes: dict[int, tuple[int, str]], btime: int = 1_799_000_000,
-              pid1_start_ticks: int = 0) -> Path:
-    """A /proc with `stat` (btime) and per process `stat` (ppid, starttime) and `cmdline`."""
-    (root / "stat").write_text(f"cpu  1 2 3\nbtime {btime}\nprocesses 9\n")
-    for pid, (ppid, title) in {1: (0, "/sbin/init"), **processes}.items():
-        (root / str(pid)).mkdir()
-        start = pid1_start_ticks if pid == 1 else 0
-        rest = " ".join(["S", str(ppid)] + ["0"] * 17 + [str(start)] + ["0"] * 5)  # starttime: field 22
-        (root / str(pid) / "stat").write_text(f"{pid} (a) b) {rest}\n")
-        (root / str(pid) / "cmdline").write_bytes(title.encode().replace(b" ", b"\0") + b"\0")
-    return root
 
 
 def test_boot_time_is_pid1_start(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def test_the_guard_and_the_role_share_every_name() -> None:
 
 
 def guard_facts(now: float, units: list[str], ended: float | None = None, boot: float = BOOT) -> dict[str, Any]:
-    return {"now": now, "boot": boot, "units": units, "ended": ended}
+    return {"now": now, "boot": boot, "units": units, "ended": ended, "ssh": 0}
 
 
 def role_facts(now: float, units: list[str], ended: float | None = None, boot: float = BOOT) -> autostop.Facts:

@@ -11,10 +11,13 @@ import re
 import subprocess
 import sys
 import time
+from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from tests.unit.host.proc_helpers import fake_proc
 from tfcluster.core import contract
 from tfcluster.host import autostop
 
@@ -39,13 +42,17 @@ def _settings_keys() -> set[str]:
     return set(re.findall(r"^\s*(\w+)\s*=", block.group(1), re.M))
 
 
-def test_the_guard_uses_the_checkers_names() -> None:
-    from importlib.util import module_from_spec, spec_from_file_location
-
+def _guard() -> ModuleType:
+    """The guard's file loaded as a module (it is not a package's: user data installs it alone)."""
     spec = spec_from_file_location("boot_guard", GUARD)
     assert spec and spec.loader
     guard = module_from_spec(spec)
     spec.loader.exec_module(guard)
+    return guard
+
+
+def test_the_guard_uses_the_checkers_names() -> None:
+    guard = _guard()
     assert guard.JOB_PREFIX == contract.UNIT_PREFIX
     assert (guard.CONFIG, guard.STATE_DIR, guard.TIMER) == (autostop.CONFIG, autostop.STATE_DIR, autostop.TIMER)
     text = TEMPLATE.read_text()
@@ -57,12 +64,7 @@ def test_the_guard_uses_the_checkers_names() -> None:
 
 def test_the_guard_reads_the_units_as_the_checker_does() -> None:
     """The guard carries its own copy of the checker's reading of `systemctl show` (user data imports nothing)."""
-    from importlib.util import module_from_spec, spec_from_file_location
-
-    spec = spec_from_file_location("boot_guard", GUARD)
-    assert spec and spec.loader
-    guard = module_from_spec(spec)
-    spec.loader.exec_module(guard)
+    guard = _guard()
     prefix = contract.UNIT_PREFIX
     samples = [
         "",
@@ -78,6 +80,27 @@ def test_the_guard_reads_the_units_as_the_checker_does() -> None:
         busy, ended = guard.parse_units(text)
         assert (tuple(busy), ended) == autostop.parse_units(text), text
     assert autostop.parse_units(samples[1]) == ((f"{prefix}a.service",), 1700000100.0)
+
+
+def test_the_guard_counts_ssh_sessions_as_the_checker_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    guard = _guard()
+    proc = fake_proc(tmp_path, {
+        100: (1, "sshd: /usr/sbin/sshd -D [listener] 0 of 10-100 startups"),
+        200: (100, "sshd: root [priv]"),
+        201: (200, "sshd: root@notty"),  # Ansible's connection: no terminal
+        202: (201, "bash"),
+        203: (202, "python3 status"),  # the caller, in its own session
+        301: (100, "sshd: ubuntu@pts/0"),
+        400: (100, "sshd: unknown [net]"),
+        500: (1, "sshd-session: alice@pts/1"),
+        600: (1, "bash -c sshd: fake@x"),
+    })
+    counts = {}
+    for me in (1, 203, 600):
+        monkeypatch.setattr(os, "getpid", lambda me=me: me)
+        counts[me] = guard.ssh_sessions(str(proc))
+        assert counts[me] == autostop.ssh_sessions(str(proc)), me
+    assert counts == {1: 3, 203: 2, 600: 3}  # 203 runs in 201's session: not someone else's
 
 
 def test_the_settings_are_the_checkers_keys_plus_the_expiry() -> None:
@@ -155,6 +178,26 @@ def test_a_running_job_unit_keeps_the_host_up(tmp_path: Path) -> None:
     assert not _powered_off(host)
     state = json.loads((host["state"] / "state.json").read_text())
     assert state["busy_units"] == ["tfcluster-mnist.service"]  # tfcluster.<what> units are not jobs
+
+
+def test_an_ssh_login_keeps_a_never_prepared_host_up_and_its_end_counts(tmp_path: Path) -> None:
+    """The prepare is one long SSH login: a host idle since boot is not powered off under it (mode jobs too)."""
+    host = _host(tmp_path, boot_ago=3 * 3600, settings=_settings(mode="jobs", idle_minutes=2))
+    session = host["proc"] / "4242"
+    session.mkdir()
+    (session / "stat").write_text("4242 (sshd) S 1 " + " ".join(["0"] * 20) + "\n")
+    (session / "cmdline").write_bytes(b"sshd: ubuntu@notty\0")
+    assert _run(host, "check").returncode == 0
+    assert not _powered_off(host)
+    state = json.loads((host["state"] / "state.json").read_text())
+    assert (state["reason"], state["ssh_sessions"]) == ("1 SSH session(s)", 1)
+    assert json.loads(_run(host, "status").stdout)["ssh_sessions"] == 1
+    (session / "cmdline").unlink()  # the prepare's connection closes: idle from now
+    assert _run(host, "check").returncode == 0
+    assert not _powered_off(host)
+    assert json.loads((host["state"] / "state.json").read_text())["ssh_sessions"] == 0
+    after = json.loads(_run(host, "status").stdout)
+    assert after["ssh_sessions"] == 0 and after["power_off_in_seconds"] > 60, after
 
 
 def test_past_the_expiry_powers_off_even_with_idle_off(tmp_path: Path) -> None:

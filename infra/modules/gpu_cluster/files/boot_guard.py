@@ -12,9 +12,12 @@ expires_at) and the state /var/lib/tfcluster/autostop/state.json, in the checker
 role installs under the same timer continues where this one stopped.
 
 Busy: a job unit (``tfcluster-*.service``; the other tfcluster units are named tfcluster.<what>.service) that is
-active, activating, deactivating or reloading. The boot, a change of the settings and a job unit's end count as
-activity. Idle for idle_minutes (enabled) -> ``systemctl poweroff``. Past expires_at -> ``systemctl poweroff`` too,
-unless this boot began after that time (someone started the host again on purpose: the idle time still applies).
+active, activating, deactivating or reloading, or an SSH login, whatever the settings' mode: before the role takes
+over, a login is the prepare itself (Ansible's connection stays open for the whole play) or someone setting the host
+up, and a host powered off under either loses the work. The boot, a change of the settings, a job unit's end and the
+last SSH session's end count as activity. Idle for idle_minutes (enabled) -> ``systemctl poweroff``. Past
+expires_at -> ``systemctl poweroff`` too, unless this boot began after that time (someone started the host again on
+purpose: the idle time still applies).
 The instance's shutdown behaviour (Terraform's autostop_down) decides whether it is stopped or terminated.
 """
 
@@ -24,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -39,6 +43,8 @@ BUSY_STATES = frozenset({"active", "activating", "deactivating", "reloading"})
 MAX_BYTES = 64 * 1024
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+# An authenticated sshd connection, terminal or not (tfcluster/host/autostop.py SSH_SESSION).
+SSH_SESSION = re.compile(r"sshd(?:-session)?: \S+@\S+")
 DEFAULTS = {"enabled": False, "idle_minutes": 30, "mode": "jobs", "expires_at": None}
 
 
@@ -155,13 +161,49 @@ def parse_units(text: str) -> tuple[list[str], float | None]:
     return sorted(busy), max(ended, default=None)
 
 
+def _ancestors(proc: str) -> set[str]:
+    """This process and its parents (the SSH session that runs `status` is not someone else's session)."""
+    pids: set[str] = set()
+    pid = str(os.getpid())
+    while pid not in pids and pid not in ("0", ""):
+        pids.add(pid)
+        try:
+            with open(os.path.join(proc, pid, "stat"), encoding="ascii", errors="replace") as handle:
+                pid = handle.read().rsplit(")", 1)[1].split()[1]
+        except (OSError, IndexError):
+            break
+    return pids
+
+
+def ssh_sessions(proc: str) -> int:
+    """Authenticated SSH connections not counting the caller's own, counted as tfcluster.host.autostop.ssh_sessions
+    counts them (tests/unit/infra/test_boot_guard.py proves the two agree)."""
+    mine = _ancestors(proc)
+    count = 0
+    for pid in os.listdir(proc):
+        if not (pid.isascii() and pid.isdigit()) or pid in mine:
+            continue
+        try:
+            with open(os.path.join(proc, pid, "cmdline"), "rb") as handle:
+                title = handle.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+        except OSError:
+            continue
+        count += bool(SSH_SESSION.match(title))
+    return count
+
+
 def decide(config: dict[str, object], state: dict[str, object], facts: dict[str, object]) -> dict[str, object]:
     """When the host was last active and why, and whether it powers off now (idle, or past its expiry). facts: now,
-    boot (PID 1's start), units (busy job units), ended (the latest time a job unit became inactive)."""
-    now, boot, units, ended = facts["now"], facts["boot"], facts["units"], facts["ended"]
+    boot (PID 1's start), units (busy job units), ended (the latest time a job unit became inactive), ssh (SSH
+    sessions)."""
+    now, boot, units, ended, ssh = facts["now"], facts["boot"], facts["units"], facts["ended"], facts["ssh"]
     moments: list[tuple[float, str]] = []
     if units:
         moments.append((now, "job running: " + " ".join(units)))
+    if ssh:
+        moments.append((now, f"{ssh} SSH session(s)"))
+    elif state.get("ssh_sessions"):  # closed since the last check: now
+        moments.append((now, "SSH session(s) closed"))
     gone = sorted(set(state.get("busy_units") or ()) - set(units))
     checked = state.get("checked_at")
     if gone:
@@ -184,7 +226,7 @@ def decide(config: dict[str, object], state: dict[str, object], facts: dict[str,
             "power_off": expired or (config["enabled"] is True and idle >= limit),
             "power_off_in": max(0.0, limit - idle) if config["enabled"] else None,
             "state": {"last_active": last_active, "reason": reason, "gpu_low_since": None, "checked_at": now,
-                      "busy_units": units, "ssh_sessions": 0, "held": False}}
+                      "busy_units": units, "ssh_sessions": ssh, "held": False}}
 
 
 def check(config: dict[str, object], state_dir: str, proc: str) -> dict[str, object]:
@@ -192,7 +234,7 @@ def check(config: dict[str, object], state_dir: str, proc: str) -> dict[str, obj
     units, ended = job_units()
     now = time.time()
     decision = decide(config, load_state(state_dir), {"now": now, "boot": boot_time(proc), "units": units,
-                                                      "ended": ended})
+                                                      "ended": ended, "ssh": ssh_sessions(proc)})
     save_state(decision["state"], state_dir)
     if not decision["power_off"]:
         return decision
@@ -212,8 +254,9 @@ def check(config: dict[str, object], state_dir: str, proc: str) -> dict[str, obj
 def status(config: dict[str, object], state_dir: str, proc: str) -> dict[str, object]:
     """What `make status` shows (read-only), with the keys tfcluster/host/autostop.py prints, plus the expiry."""
     units, ended = job_units()
+    ssh = ssh_sessions(proc)
     decision = decide(config, load_state(state_dir), {"now": time.time(), "boot": boot_time(proc), "units": units,
-                                                      "ended": ended})
+                                                      "ended": ended, "ssh": ssh})
     timer = subprocess.run(["systemctl", "is-active", TIMER], capture_output=True, text=True, check=False)
     off_in = decision["power_off_in"]
     return {"installed": config["installed"], "enabled": config["enabled"], "idle_minutes": config["idle_minutes"],
@@ -221,7 +264,7 @@ def status(config: dict[str, object], state_dir: str, proc: str) -> dict[str, ob
             "last_active": rfc3339(decision["last_active"]),
             "last_active_reason": decision["reason"],
             "power_off_in_seconds": None if off_in is None else round(off_in),
-            "busy_units": units, "ssh_sessions": 0, "gpu_idle_percent": 0, "gpu_idle_window_minutes": 30,
+            "busy_units": units, "ssh_sessions": ssh, "gpu_idle_percent": 0, "gpu_idle_window_minutes": 30,
             "gpu_utilization": None, "timer": timer.stdout.strip() or "unknown",
             "terminate": bool(config.get("terminate")),
             "uncollected_grace_minutes": config.get("uncollected_grace_minutes", 1440),
