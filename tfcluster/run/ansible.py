@@ -65,6 +65,23 @@ def _copy(source: IO[bytes], log: IO[bytes], terminal: TextIO) -> None:
     shown.close()
 
 
+def pass_interrupt(proc: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C passed on to the child, then its end awaited, never through Popen's own lock: CPython's
+    ``Popen.poll()`` takes ``_waitpid_lock`` one bytecode before its ``try``, so a KeyboardInterrupt landing there
+    leaves the lock held, and ``proc.wait()`` then blocks forever (seen once in a suite run: the command hung after
+    Ctrl-C with its child long gone)."""
+    if proc.returncode is not None:
+        return
+    try:
+        pid, status = os.waitpid(proc.pid, os.WNOHANG)
+        if pid == 0:  # not reaped: the pid is still our child's, safe to signal
+            os.kill(proc.pid, signal.SIGINT)
+            pid, status = os.waitpid(proc.pid, 0)
+    except ChildProcessError:  # reaped already, by the interrupted poll
+        return
+    proc.returncode = os.waitstatus_to_exitcode(status)
+
+
 def run(argv: Sequence[str], *, env: Mapping[str, str], log: Path, view: View | None, verbose: bool,
         events_file: Path | None = None) -> int:
     """Run ``argv`` with its output appended to ``log`` (and on the terminal when verbose); render its events."""
@@ -90,8 +107,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str], log: Path, view: View | 
                     break
                 time.sleep(POLL)
         except KeyboardInterrupt:
-            proc.send_signal(signal.SIGINT)
-            proc.wait()
+            pass_interrupt(proc)
             raise
         if copier is not None:
             copier.join()

@@ -14,12 +14,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from tfcluster.host import jobspec, jobstatus, supervisor
+from tfcluster.run import ansible
 
 REPO = Path(__file__).resolve().parents[3]
 # The stand-in playbook: start the task (as the job module does), say so, then wait like the wait loop.
@@ -77,3 +79,21 @@ def test_a_signal_to_the_command_leaves_the_job_running(tmp_path: Path, sig: sig
         if command.poll() is None:
             os.killpg(command.pid, signal.SIGKILL)
         supervisor.stop(spec)
+
+
+def test_ctrl_c_is_passed_on_even_when_popens_lock_is_held() -> None:
+    """A KeyboardInterrupt inside ``Popen.poll()`` can leave its ``_waitpid_lock`` held (CPython takes it before its
+    ``try``); ``pass_interrupt`` still signals the child and reaps it instead of blocking forever in ``wait()``."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert child._waitpid_lock.acquire(False)  # as the interrupted poll leaves it
+    try:
+        done = threading.Thread(target=ansible.pass_interrupt, args=(child,), daemon=True)
+        done.start()
+        done.join(30)
+        assert not done.is_alive(), "pass_interrupt blocked on Popen's lock"
+        assert child.returncode not in (None, 0), child.returncode  # ended by the SIGINT (KeyboardInterrupt)
+    finally:
+        child._waitpid_lock.release()
+        if child.returncode is None:
+            child.kill()
+            child.wait()
