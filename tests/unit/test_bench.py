@@ -23,3 +23,32 @@ def test_a_bench_module_imports_and_its_usage_runs_it_as_a_module(name: str) -> 
     assert callable(getattr(module, "main", None)) or name == "lab_scale", f"bench/{name}.py has no main()"
     doc = module.__doc__ or ""
     assert not re.search(r"python3? bench/", doc), f"bench/{name}.py: its usage runs a path; use python -m bench.{name}"
+
+
+def test_the_collector_bench_times_a_task_the_collector_role_has() -> None:
+    """bench.lab_flows sums the TIMING lines of the collector's pull task, found by its name's start."""
+    from bench.lab_flows import COLLECT_TASK
+
+    tasks = REPO / "playbooks" / "collections" / "ansible_collections" / "tfcluster" / "cluster" / "roles" / "collector"
+    names = [line.split("name:", 1)[1].strip() for path in sorted((tasks / "tasks").glob("*.yml"))
+             for line in path.read_text().splitlines() if line.lstrip().startswith("- name:")]
+    assert names, "no task names read"
+    assert [n for n in names if n.startswith(COLLECT_TASK)], (COLLECT_TASK, names)
+
+
+def test_the_first_step_is_the_trainers_own_moment_when_it_reports_one() -> None:
+    from bench.lab_scale import FirstStep
+
+    assert FirstStep(13.2, 4.6, [], {"first_step": 7.2}).at_s == pytest.approx(11.8)
+    assert FirstStep(13.2, 4.6, [], {}).at_s == 13.2  # no clock: what status.json showed
+    assert FirstStep(13.2, 4.6, [], {"first_step": 20.0}).at_s == 13.2  # past what was seen: not believed
+
+
+def test_cpu_busy_reads_the_share_of_non_idle_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import lab_scale
+
+    stat = tmp_path / "stat"
+    lines = iter(["cpu 160 0 140 800 100 0 0 0 0 0\n"])
+    monkeypatch.setattr(lab_scale.time, "sleep", lambda _s: stat.write_text(next(lines)))
+    stat.write_text("cpu 100 0 100 700 100 0 0 0 0 0\n")
+    assert lab_scale.cpu_busy(0, str(stat)) == pytest.approx(100 / 200)  # 100 busy of 200 jiffies
