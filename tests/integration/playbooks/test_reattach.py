@@ -24,6 +24,9 @@ from tfcluster.host import jobspec
 pytestmark = pytest.mark.integration
 HOSTS = ("worker-0", "worker-1")
 LONG = "--steps 40 --step-seconds 0.5"  # ~20 s of "training": long enough to interrupt mid-run
+# The adopting train.yml must reach its start task while the job still runs: under load (12 on 2 cores) that took
+# over 20 s once, the first run had ended, and the second started it anew (a suite run's only failure).
+ADOPT_LONG = "--steps 120 --step-seconds 0.5"  # ~60 s
 
 
 @pytest.fixture
@@ -94,7 +97,7 @@ def test_an_interrupted_train_keeps_running_and_wait_finishes_and_collects(clust
 def test_train_again_adopts_a_running_job(cluster: Cluster) -> None:
     """A second train.yml of a running job starts nothing new and waits for it; a wait after the end collects at
     once."""
-    extra = byo_vars(LONG)
+    extra = byo_vars(ADOPT_LONG)
     start_interrupted_train(cluster, "adopt", extra)
     pids = main_pids(cluster, "adopt")
     again = cluster.playbook("train.yml", "adopt", extra_vars=extra, timeout=400)
