@@ -229,12 +229,17 @@ def decide(config: dict[str, object], state: dict[str, object], facts: dict[str,
                       "busy_units": units, "ssh_sessions": ssh, "held": False}}
 
 
+def gather(proc: str) -> dict[str, object]:
+    """What one check decides on (the facts of decide), read once: the check and the status read it alike."""
+    units, ended = job_units()
+    return {"now": time.time(), "boot": boot_time(proc), "units": units, "ended": ended, "ssh": ssh_sessions(proc)}
+
+
 def check(config: dict[str, object], state_dir: str, proc: str) -> dict[str, object]:
     """One tick: gather, decide, keep the state, power off when idle or expired."""
-    units, ended = job_units()
-    now = time.time()
-    decision = decide(config, load_state(state_dir), {"now": now, "boot": boot_time(proc), "units": units,
-                                                      "ended": ended, "ssh": ssh_sessions(proc)})
+    facts = gather(proc)
+    now = facts["now"]
+    decision = decide(config, load_state(state_dir), facts)
     save_state(decision["state"], state_dir)
     if not decision["power_off"]:
         return decision
@@ -253,10 +258,8 @@ def check(config: dict[str, object], state_dir: str, proc: str) -> dict[str, obj
 
 def status(config: dict[str, object], state_dir: str, proc: str) -> dict[str, object]:
     """What `make status` shows (read-only), with the keys tfcluster/host/autostop.py prints, plus the expiry."""
-    units, ended = job_units()
-    ssh = ssh_sessions(proc)
-    decision = decide(config, load_state(state_dir), {"now": time.time(), "boot": boot_time(proc), "units": units,
-                                                      "ended": ended, "ssh": ssh})
+    facts = gather(proc)
+    decision = decide(config, load_state(state_dir), facts)
     timer = subprocess.run(["systemctl", "is-active", TIMER], capture_output=True, text=True, check=False)
     off_in = decision["power_off_in"]
     return {"installed": config["installed"], "enabled": config["enabled"], "idle_minutes": config["idle_minutes"],
@@ -264,7 +267,8 @@ def status(config: dict[str, object], state_dir: str, proc: str) -> dict[str, ob
             "last_active": rfc3339(decision["last_active"]),
             "last_active_reason": decision["reason"],
             "power_off_in_seconds": None if off_in is None else round(off_in),
-            "busy_units": units, "ssh_sessions": ssh, "gpu_idle_percent": 0, "gpu_idle_window_minutes": 30,
+            "busy_units": facts["units"], "ssh_sessions": facts["ssh"], "gpu_idle_percent": 0,
+            "gpu_idle_window_minutes": 30,
             "gpu_utilization": None, "timer": timer.stdout.strip() or "unknown",
             "terminate": bool(config.get("terminate")),
             "uncollected_grace_minutes": config.get("uncollected_grace_minutes", 1440),
