@@ -14,9 +14,6 @@ from tfcluster.provision import awscheck
 from tfcluster.provision.awscheck import Target
 from tfcluster.provision.local import ProvisionError
 
-REPO = Path(__file__).resolve().parents[3]
-
-
 # ---- settings as Terraform resolves them ---------------------------------------------------------------------------
 
 def test_root_settings_follow_terraforms_precedence(tmp_path: Path) -> None:
@@ -34,8 +31,8 @@ def test_root_settings_follow_terraforms_precedence(tmp_path: Path) -> None:
                         "availability_zone": "us-west-2c"}
 
 
-def test_root_settings_of_the_real_root() -> None:
-    settings = awscheck.root_settings(REPO / "infra" / "aws", {})
+def test_root_settings_of_the_real_root(aws_root: Path) -> None:
+    settings = awscheck.root_settings(aws_root, {})
     assert settings["region"] == "us-east-1" and settings["instance_type"] == "g5.xlarge"
 
 
@@ -235,6 +232,6 @@ def test_lifecycle_vars_refuse_a_bad_ttl() -> None:
         provision_aws.lifecycle_vars({"expires_at"}, {"TTL": "soon"}, NOW)
 
 
-def test_the_real_root_declares_what_provision_passes() -> None:
-    declared = awscheck.declared_variables(REPO / "infra" / "aws")
+def test_the_real_root_declares_what_provision_passes(aws_root: Path) -> None:
+    declared = awscheck.declared_variables(aws_root)
     assert {"expires_at", "autostop_down", "connect", "bastion", "key_name", "region", "instance_type"} <= declared

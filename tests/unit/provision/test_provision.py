@@ -144,7 +144,8 @@ def no_aws_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_aws_apply_without_credentials_stops_before_terraform(
-        no_aws_credentials: None, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+        aws_root: Path, no_aws_credentials: None, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[list[str]] = []
     monkeypatch.setattr(common, "run_terraform", lambda args, *a, **k: ran.append(list(args)))
     assert provision_main(["apply", "--backend", "aws"]) == 1
@@ -153,8 +154,8 @@ def test_aws_apply_without_credentials_stops_before_terraform(
     assert ran == []  # not even `terraform init`
 
 
-def test_aws_profile_that_does_not_exist(no_aws_credentials: None, caplog: pytest.LogCaptureFixture,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_aws_profile_that_does_not_exist(aws_root: Path, no_aws_credentials: None,
+                                         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_PROFILE", "ml")
     assert provision_main(["plan", "--backend", "aws"]) == 1
     assert "AWS profile 'ml' is not in ~/.aws/config. Fix: `aws configure --profile ml`" in caplog.text
@@ -194,7 +195,8 @@ def test_state_cluster_name_is_a_name_or_none(monkeypatch: pytest.MonkeyPatch, s
     assert common.state_cluster_name(Path("."), {}) == name
 
 
-def test_upgrade_needs_the_registry(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_upgrade_needs_the_registry(aws_root: Path, caplog: pytest.LogCaptureFixture,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TFCLUSTER_TF_MIRROR", "1")
     assert provision_main(["upgrade", "--backend", "aws"]) == 1
     assert "nothing to upgrade to. Fix: unset TFCLUSTER_TF_MIRROR" in caplog.text
