@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
+from tests.infra_tree import copy_infra
 from tfcluster.provision import terraform as terraform_toolchain
 
 
@@ -27,12 +27,9 @@ def tf_env(repo: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def infra_copy(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def infra_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """infra/ copied to a scratch dir, so init/apply never write state or .terraform/ into the checkout."""
-    target = tmp_path_factory.mktemp("infra") / "infra"
-    shutil.copytree(repo / "infra", target,
-                    ignore=shutil.ignore_patterns(".terraform", "*.tfstate*", ".terraform.lock.hcl", "*.tfvars"))
-    return target
+    return copy_infra(tmp_path_factory.mktemp("infra") / "infra", ".terraform.lock.hcl")  # init writes its own
 
 
 def run_tf(args: Sequence[str], cwd: Path, env: dict[str, str],
