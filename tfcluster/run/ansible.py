@@ -68,8 +68,7 @@ def _copy(source: IO[bytes], log: IO[bytes], terminal: TextIO) -> None:
 def pass_interrupt(proc: subprocess.Popen[bytes]) -> None:
     """Ctrl-C passed on to the child, then its end awaited, never through Popen's own lock: CPython's
     ``Popen.poll()`` takes ``_waitpid_lock`` one bytecode before its ``try``, so a KeyboardInterrupt landing there
-    leaves the lock held, and ``proc.wait()`` then blocks forever (seen once in a suite run: the command never ended
-    after Ctrl-C)."""
+    leaves the lock held, and ``proc.wait()`` then blocks forever."""
     if proc.returncode is not None:
         return
     try:

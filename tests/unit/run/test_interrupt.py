@@ -32,14 +32,18 @@ supervisor.start(sys.argv[1])
 open(sys.argv[2], "w").write("started")
 time.sleep(600)
 """
-# The command's side: tfcluster.run.ansible.run, as cmd_train calls it; Ctrl-C reaches it as KeyboardInterrupt.
-# SIGHUP and SIGINT as a terminal's foreground job has them: the suite may run under nohup (SIGHUP ignored) or as a
-# background job of a shell without job control (`make test &` in a script: SIGINT ignored), and a child inherits
-# an ignored signal, so Python would never raise KeyboardInterrupt (seen: the command waited out the 90 s).
-COMMAND = """
-import signal, sys
+# SIGHUP and SIGINT as a terminal's foreground job has them, first in every stand-in: the suite may run under nohup
+# (SIGHUP ignored) or as a background job of a shell without job control (`make test &` in a script: SIGINT
+# ignored), and a child inherits an ignored signal, so Python would never raise KeyboardInterrupt (seen: the command
+# waited out the 90 s).
+TERMINAL = """
+import signal
 signal.signal(signal.SIGHUP, signal.SIG_DFL)
 signal.signal(signal.SIGINT, signal.default_int_handler)
+"""
+# The command's side: tfcluster.run.ansible.run, as cmd_train calls it; Ctrl-C reaches it as KeyboardInterrupt.
+COMMAND = TERMINAL + """
+import sys
 from pathlib import Path
 from tfcluster.run import ansible
 try:
@@ -87,9 +91,8 @@ def test_a_signal_to_the_command_leaves_the_job_running(tmp_path: Path, sig: sig
 def test_ctrl_c_is_passed_on_even_when_popens_lock_is_held() -> None:
     """A KeyboardInterrupt inside ``Popen.poll()`` can leave its ``_waitpid_lock`` held (CPython takes it before its
     ``try``); ``pass_interrupt`` still signals the child and reaps it instead of blocking forever in ``wait()``."""
-    child = subprocess.Popen([sys.executable, "-c", "import signal, time\n"  # a terminal's SIGINT, as COMMAND's
-                              "signal.signal(signal.SIGINT, signal.default_int_handler)\nprint('up', flush=True)\n"
-                              "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", TERMINAL + "import time\nprint('up', flush=True)\ntime.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None and child.stdout.readline() == "up\n"  # its SIGINT handler is in place
     assert child._waitpid_lock.acquire(False)  # as the interrupted poll leaves it
     try:
