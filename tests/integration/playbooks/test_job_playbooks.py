@@ -57,7 +57,8 @@ def test_an_unsafe_job_id_is_refused_before_anything_is_rendered(cluster: Cluste
     proc = cluster.playbook("train.yml", job, extra_vars=byo_vars("--steps 1"))
     assert proc.returncode != 0
     assert "is not a safe name" in proc.stdout and "Fix: use letters, digits" in proc.stdout, proc.stdout[-3000:]
-    assert not list(cluster.local_root.glob("*/*/etc/tfcluster/*"))
+    # Refused in site.yml's first play, on the control machine: no host was probed or prepared.
+    assert "Reach every host" not in proc.stdout and not list(cluster.local_root.glob("*/*/*")), proc.stdout[-3000:]
     assert "49" not in proc.stdout.split("is not a safe name")[0][-200:]  # never templated
 
 

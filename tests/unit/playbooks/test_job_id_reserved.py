@@ -1,5 +1,6 @@
 """The tf_job role refuses a job id tfcluster uses for its own files (contract.RESERVED_JOB_IDS, read through the
-contract lookup), before anything is rendered: its preflight (tasks/preflight.yml) alone, on localhost."""
+contract lookup), before anything is rendered: its name check (tasks/name.yml, which site.yml runs first and the
+preflight again) alone, on localhost."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ PLAY = """- hosts: localhost
   tasks:
     - ansible.builtin.include_role:
         name: tfcluster.cluster.tf_job
-        tasks_from: preflight.yml
+        tasks_from: name.yml
 """
 SLOT = {"tfcluster_task_type": contract.WORKER, "tfcluster_task_index": 0, "tfcluster_address": "127.0.0.1:1",
         "tfcluster_chief": "localhost"}
