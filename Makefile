@@ -202,7 +202,7 @@ bench: setup ## Benchmarks (print ratios measured in one run)
 LAB_HOSTS ?= 3## lab-up: number of hosts (a chief and LAB_HOSTS-1 workers)
 
 .PHONY: setup-lab
-setup-lab: setup ## Install debootstrap + systemd-container and build the cached lab rootfs (root only)
+setup-lab: setup ## Install debootstrap, systemd-container, nftables and build the cached lab rootfs (root only)
 	@if [ "$$(id -u)" = 0 ]; then $(PY) -m lab setup && $(PY) -m tfcluster.prepare.wheelhouse; else echo "skipping lab setup (needs root)"; fi
 
 .PHONY: lab-up

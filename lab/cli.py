@@ -1,6 +1,6 @@
 """Command line of the lab tool.
 
-    python -m lab setup                      install debootstrap/systemd-container, build + cache the rootfs
+    python -m lab setup                      install debootstrap/systemd-container/nftables, build + cache the rootfs
     python -m lab up [--hosts 3 | --slots chief,ps,worker,worker] [--name tfclab] [--bind-ro PATH] [--bind PATH]
     python -m lab status [--json]            hosts, addresses, link, SSH, memory
     python -m lab ssh HOST [COMMAND...]       root shell / command on a host

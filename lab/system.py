@@ -29,6 +29,7 @@ REQUIRED_COMMANDS: dict[str, str] = {
     "ssh-keygen": "openssh-client",
     "scp": "openssh-client",
     "mount": "mount",
+    "nft": "nftables",  # the job firewall rules, loaded in a private namespace (tests/unit/playbooks/test_firewall.py)
 }
 
 

@@ -237,6 +237,9 @@ def test_a_newer_image_replaces_no_instance_and_make_plan_names_it(twin: Twin) -
     assert {i["InstanceId"]: i["ImageId"] for i in twin.instances()} == before
 
 
+# Two trains, an idle autostop (IDLE=2: real minutes) and two boots: once past pytest-timeout's 900 s default under a
+# loaded suite (2 cores, the resumed train still running); each step keeps its own bound (make, watch_power_off).
+@pytest.mark.timeout(1800)
 def test_make_start_after_an_autostop_stop_and_make_train_resumes_the_job(twin: Twin) -> None:
     assert twin.lab is not None and _states(twin) == {"stopped"}
     instances = twin.instances()

@@ -232,7 +232,9 @@ def test_a_sigterm_before_the_program_started_reaches_it_once_it_runs(tmp_path: 
     relay = slurm_task.Relay(spec, record)
     relay.forward(signal.SIGTERM)  # Slurm's SIGTERM while the program is being started
     child = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
-                              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(3))\ntime.sleep(30)\n"])
-    time.sleep(0.5)  # the child's handler is installed
+                              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(3))\nprint('ready', flush=True)\n"
+                              "time.sleep(30)\n"], stdout=subprocess.PIPE)
+    # the child's handler is installed once it says so (a fixed sleep lost that race under the suite's load)
+    assert child.stdout is not None and child.stdout.readline() == b"ready\n"
     assert relay.supervise(child) == 3
     assert record["stop_signal"] == signal.SIGTERM and record["exit_code"] == 3
