@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,13 +41,26 @@ def _start(tmp_path: Path, cluster: dict[str, list[str]], index: int, env: dict[
                             cwd=REPO, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def test_declared_gpus_missing_exits_2_before_any_server(tmp_path: Path) -> None:
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[str]]]:
+    """The trainers a test starts: one still running when the test ends (a wait that failed) is killed, not left
+    waiting for its peer after the suite (ci16 left one)."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_declared_gpus_missing_exits_2_before_any_server(tmp_path: Path, started: list[subprocess.Popen[str]]) -> None:
     port = free_ports(1)[0]
     cluster = {"worker": [f"127.0.0.1:{port}", f"127.0.0.1:{free_ports(1)[0]}"]}
     done, seen = threading.Event(), []
     watcher = threading.Thread(target=_watch_port, args=(port, done, seen), daemon=True)
     watcher.start()
     proc = _start(tmp_path, cluster, 0, {contract.ENV_GPUS: "1", contract.ENV_COLLECTIVE: "nccl"})
+    started.append(proc)
     out, _ = proc.communicate(timeout=240)
     done.set()
     watcher.join()
@@ -61,6 +74,7 @@ def test_declared_gpus_missing_exits_2_before_any_server(tmp_path: Path) -> None
 
     # --no-require-gpu would train on the CPU, but not with NCCL, which needs GPUs
     proc = _start(tmp_path, cluster, 0, {contract.ENV_GPUS: "1", contract.ENV_COLLECTIVE: "nccl"}, "--no-require-gpu")
+    started.append(proc)
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == contract.EXIT_BAD_INPUT and "NCCL needs GPUs" in out
 
@@ -76,16 +90,19 @@ def _wait_state(path: Path, state: str, proc: subprocess.Popen[str], timeout: fl
     pytest.fail(f"{path} never said {state}; rc={proc.poll()}")
 
 
-def test_sigterm_before_training_exits_3_with_nothing_trained(tmp_path: Path) -> None:
+def test_sigterm_before_training_exits_3_with_nothing_trained(tmp_path: Path,
+                                                              started: list[subprocess.Popen[str]]) -> None:
     """`systemctl stop` on every host while the tasks start: each exits 3 once it holds Python's lock again. (While
     TensorFlow waits for a peer it holds that lock: a task whose peer never comes is killed by systemd's
     TimeoutStopSec, docs/trainer.md.)"""
     cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
     first = _start(tmp_path, cluster, 0, {}, "--status-file", str(tmp_path / "s0.json"))
+    started.append(first)
     _wait_state(tmp_path / "s0.json", "connecting", first)
     time.sleep(1.0)  # inside the strategy's wait for its peer
     first.terminate()
     second = _start(tmp_path, cluster, 1, {}, "--status-file", str(tmp_path / "s1.json"))
+    started.append(second)
     _wait_state(tmp_path / "s1.json", "connecting", second)
     second.terminate()
     for proc in (first, second):
