@@ -79,8 +79,8 @@ def test_declared_gpus_missing_exits_2_before_any_server(tmp_path: Path, started
     assert proc.returncode == contract.EXIT_BAD_INPUT and "NCCL needs GPUs" in out
 
 
-# A trainer's start in a loaded suite's first minutes (2 cores, every worker starting): TensorFlow's import alone took
-# 59.8 s and 92 s in two clean-clone runs, so a wait that includes a start allows minutes (it returns once it holds).
+# A trainer's start in a loaded suite's first minutes (2 cores, every worker starting): TensorFlow was imported only
+# 59.8 s and 92 s after the start in two clean-clone runs, so a wait that includes a start allows minutes.
 def _wait_state(path: Path, state: str, proc: subprocess.Popen[str], timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
