@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.trainer.trainer_procs import REPO, LocalCluster, base_env, free_ports
+from tests.integration.trainer.trainer_procs import (
+    REPO,
+    START_ALLOWANCE_S,
+    LocalCluster,
+    base_env,
+    free_ports,
+    kill_running,
+)
 from tfcluster.core import contract
 
 pytestmark = pytest.mark.integration
@@ -32,13 +39,16 @@ def _watch_port(port: int, done: threading.Event, seen: list[float]) -> None:
         time.sleep(0.05)
 
 
-def _start(tmp_path: Path, cluster: dict[str, list[str]], index: int, env: dict[str, str],
-           *extra: str) -> subprocess.Popen[str]:
+def _start(started: list[subprocess.Popen[str]], tmp_path: Path, cluster: dict[str, list[str]], index: int,
+           env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+    """Worker ``index`` of ``cluster``, kept in ``started`` (the fixture kills it when the test ends, if it runs)."""
     full = base_env(tmp_path)
     full.update(env)
     full[contract.ENV_TF_CONFIG] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-    return subprocess.Popen([sys.executable, "-m", "trainer", "--model-dir", str(tmp_path / "m"), *QUICK, *extra],
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", "--model-dir", str(tmp_path / "m"), *QUICK, *extra],
                             cwd=REPO, env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    started.append(proc)
+    return proc
 
 
 @pytest.fixture
@@ -47,10 +57,7 @@ def started() -> Iterator[list[subprocess.Popen[str]]]:
     waiting for its peer after the suite (ci16 left one)."""
     procs: list[subprocess.Popen[str]] = []
     yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+    kill_running(procs)
 
 
 def test_declared_gpus_missing_exits_2_before_any_server(tmp_path: Path, started: list[subprocess.Popen[str]]) -> None:
@@ -59,9 +66,8 @@ def test_declared_gpus_missing_exits_2_before_any_server(tmp_path: Path, started
     done, seen = threading.Event(), []
     watcher = threading.Thread(target=_watch_port, args=(port, done, seen), daemon=True)
     watcher.start()
-    proc = _start(tmp_path, cluster, 0, {contract.ENV_GPUS: "1", contract.ENV_COLLECTIVE: "nccl"})
-    started.append(proc)
-    out, _ = proc.communicate(timeout=240)
+    proc = _start(started, tmp_path, cluster, 0, {contract.ENV_GPUS: "1", contract.ENV_COLLECTIVE: "nccl"})
+    out, _ = proc.communicate(timeout=120 + START_ALLOWANCE_S)
     done.set()
     watcher.join()
     assert proc.returncode == contract.EXIT_BAD_INPUT, out[-3000:]
@@ -73,15 +79,13 @@ def test_declared_gpus_missing_exits_2_before_any_server(tmp_path: Path, started
     assert status["state"] == "failed" and "GPU(s) declared" in status["error"]
 
     # --no-require-gpu would train on the CPU, but not with NCCL, which needs GPUs
-    proc = _start(tmp_path, cluster, 0, {contract.ENV_GPUS: "1", contract.ENV_COLLECTIVE: "nccl"}, "--no-require-gpu")
-    started.append(proc)
-    out, _ = proc.communicate(timeout=240)
+    proc = _start(started, tmp_path, cluster, 0, {contract.ENV_GPUS: "1", contract.ENV_COLLECTIVE: "nccl"},
+                  "--no-require-gpu")
+    out, _ = proc.communicate(timeout=120 + START_ALLOWANCE_S)
     assert proc.returncode == contract.EXIT_BAD_INPUT and "NCCL needs GPUs" in out
 
 
-# A trainer's start in a loaded suite's first minutes (2 cores, every worker starting): TensorFlow was imported only
-# 59.8 s and 92 s after the start in two clean-clone runs, so a wait that includes a start allows minutes.
-def _wait_state(path: Path, state: str, proc: subprocess.Popen[str], timeout: float = 240) -> None:
+def _wait_state(path: Path, state: str, proc: subprocess.Popen[str], timeout: float = 90 + START_ALLOWANCE_S) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         if path.exists() and json.loads(path.read_text()).get("state") == state:
@@ -96,13 +100,11 @@ def test_sigterm_before_training_exits_3_with_nothing_trained(tmp_path: Path,
     TensorFlow waits for a peer it holds that lock: a task whose peer never comes is killed by systemd's
     TimeoutStopSec, docs/trainer.md.)"""
     cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
-    first = _start(tmp_path, cluster, 0, {}, "--status-file", str(tmp_path / "s0.json"))
-    started.append(first)
+    first = _start(started, tmp_path, cluster, 0, {}, "--status-file", str(tmp_path / "s0.json"))
     _wait_state(tmp_path / "s0.json", "connecting", first)
     time.sleep(1.0)  # inside the strategy's wait for its peer
     first.terminate()
-    second = _start(tmp_path, cluster, 1, {}, "--status-file", str(tmp_path / "s1.json"))
-    started.append(second)
+    second = _start(started, tmp_path, cluster, 1, {}, "--status-file", str(tmp_path / "s1.json"))
     _wait_state(tmp_path / "s1.json", "connecting", second)
     second.terminate()
     for proc in (first, second):
@@ -119,7 +121,7 @@ def test_sigterm_to_both_workers_backs_up_exits_3_and_resumes(local_cluster: Cal
     cluster = local_cluster({"worker": 2}, [*QUICK, "--epochs", "3", "--steps-per-epoch", "150"])
     cluster.start_all()
     cluster.wait_for("worker-1", lambda st: st.get("epochs_done", 0) >= 1 and st["epoch"] > st["epochs_done"]
-                     and st.get("step", 0) >= 20, timeout=300)
+                     and st.get("step", 0) >= 20, timeout=180 + START_ALLOWANCE_S)
     cluster.terminate_all()
     codes = cluster.wait(timeout=90)
     assert codes == {"worker-0": 3, "worker-1": 3}, cluster.logs()
@@ -132,7 +134,7 @@ def test_sigterm_to_both_workers_backs_up_exits_3_and_resumes(local_cluster: Cal
     assert not (cluster.model_dir / contract.DONE).exists()
 
     cluster.start_all()  # a re-run (a longer deadline) resumes from that backup
-    assert cluster.wait(timeout=300) == {"worker-0": 0, "worker-1": 0}, cluster.logs()
+    assert cluster.wait(timeout=180 + START_ALLOWANCE_S) == {"worker-0": 0, "worker-1": 0}, cluster.logs()
     metrics = json.loads((cluster.model_dir / contract.METRICS).read_text())
     assert metrics["resumes"] == 1 and metrics["initial_epoch"] == numbers[-1] // 10 and metrics["epochs"] == 3
     assert metrics["collective"] == "ring" and cluster.status("worker-0")["collective"] == "ring"
