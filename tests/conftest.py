@@ -10,6 +10,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+pytest_plugins = ["tests.cpu_report"]  # --cpu-report N: where the CPU goes, per test and per lab
+
 
 @pytest.fixture(scope="session")
 def repo() -> Path:

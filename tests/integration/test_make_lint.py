@@ -17,3 +17,5 @@ def test_make_lint_passes(repo: Path) -> None:
     assert result.returncode == 0, (result.stdout + result.stderr)[-8000:]
     for tool in ("ruff check", "ansible-lint", "terraform fmt", "checkov"):
         assert tool in result.stdout, f"`make lint` no longer runs {tool}:\n{result.stdout[-3000:]}"
+    # The suite's one ansible-lint run (test_playbooks.py checks that .ansible-lint asks for this profile).
+    assert "Profile 'production' was required, and it passed." in result.stdout + result.stderr, result.stderr[-3000:]
