@@ -12,16 +12,17 @@ lab hosts.
     twin.power_on(instances)                      # after `make start`: boot the stopped hosts again, disks kept
 
 What differs from a real run, and nothing else: the endpoint and the credentials. `start()` writes
-infra/aws/tfcluster_twin_override.tf (the provider's endpoints and skips; git-ignored, removed by `close()`; a real
-`make provision` refuses while it exists, tfcluster/provision/aws.py), runs moto on a free loopback port with the
-account's seed (lab/twin_moto.py: an image named like the Deep Learning Base GPU AMI via MOTO_AMIS_PATH, the key
-pair, real instance-type offerings per zone, console output and AWS-like private addresses), and gives every
-command dummy credentials, AWS_ENDPOINT_URL (boto3: preflight, console output, the destroy check) and
-TFCLUSTER_TF_MIRROR=1 (the offline provider 3.39 as a development override: the committed lock file is untouched).
-The user's settings a real user would put in terraform.tfvars come as TF_VAR_* (the twin refuses to run next to a
-real terraform.tfvars); one says what the emulation lacks: the hosts have no GPU (gpus_per_instance = 0). State
-goes to a Terraform workspace of the twin in a data dir of its own, so a real state of infra/aws in this checkout
-is never touched.
+tfcluster_twin_override.tf into its root `tf_dir` (infra/aws; the suite gives it a copy of infra/ as committed,
+passed as TFCLUSTER_TF_DIR, so the checkout's roots never change under the tests beside it) with the provider's
+endpoints and skips (git-ignored, removed by `close()`; a real `make provision` refuses while it exists,
+tfcluster/provision/aws.py), runs moto on a free loopback port with the account's seed (lab/twin_moto.py: an image
+named like the Deep Learning Base GPU AMI via MOTO_AMIS_PATH, the key pair, real instance-type offerings per zone,
+console output and AWS-like private addresses), and gives every command dummy credentials, AWS_ENDPOINT_URL
+(boto3: preflight, console output, the destroy check) and TFCLUSTER_TF_MIRROR=1 (the offline provider 3.39 as a
+development override: the committed lock file is untouched). The user's settings a real user would put in
+terraform.tfvars come as TF_VAR_* (the twin refuses to run next to a real terraform.tfvars); one says what the
+emulation lacks: the hosts have no GPU (gpus_per_instance = 0). State goes to a Terraform workspace of the twin in
+a data dir of its own, so a real state of infra/aws in this checkout is never touched.
 
 The lab plays the instances as the Deep Learning AMI would: Ubuntu's login user `ubuntu` with passwordless sudo
 and the key pair's key, cloud-init's host-key block on the console, and (for `late`) an sshd that starts late.
@@ -164,7 +165,7 @@ class Twin:
                 "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": str(self.workdir / "aws-config"),
                 "AWS_SHARED_CREDENTIALS_FILE": str(self.workdir / "aws-credentials"),
                 "TF_DATA_DIR": str(self.workdir / "tf-data"), "TFCLUSTER_TF_MIRROR": "1", TWIN_ENV: "1",
-                "TFCLUSTER_CLUSTER": CLUSTER, "TFCLUSTER_HOST_KEY_TIMEOUT": "300",
+                "TFCLUSTER_CLUSTER": CLUSTER, "TFCLUSTER_TF_DIR": str(self.tf_dir), "TFCLUSTER_HOST_KEY_TIMEOUT": "300",
                 "TFCLUSTER_USER_KNOWN_HOSTS": str(self.user_known_hosts),
                 "ANSIBLE_PRIVATE_KEY_FILE": str(self.key),
                 **{f"TF_VAR_{k}": v for k, v in self.tf_vars.items()}}

@@ -28,7 +28,7 @@ LINE_BUDGET = 100
 GUIDE = Path(__file__).resolve().parent / "playbooks" / "guide_job.py"
 PROGRESS = re.compile(r"^\s+worker-\d\s+worker:\d\s+\S+.*\bepoch \d+/\d+.*\bex/s\b", re.M)
 
-# make, Terraform roots of the checkout, the AWS twin's override in infra/aws: one at a time
+# make, the Terraform roots of the checkout: one at a time
 pytestmark = [pytest.mark.xdist_group("checkout"), pytest.mark.integration, pytest.mark.slow]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-# make, Terraform roots of the checkout, the AWS twin's override in infra/aws: one at a time
+# make, the Terraform roots of the checkout: one at a time
 pytestmark = [pytest.mark.xdist_group("checkout"), pytest.mark.integration, pytest.mark.slow]
 
 

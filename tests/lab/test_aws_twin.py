@@ -28,12 +28,15 @@ import pytest
 from lab.access import port_open
 from lab.layers import runtime_layer
 from lab.twin import AMI, CLUSTER, REGION, Twin, lab_name
+from tests.infra_tree import copy_infra
 from tfcluster.core.files import verify_dir
 from tfcluster.prepare.wheelhouse import DEFAULT_DEST, build
 from tfcluster.provision import known_hosts
+from tfcluster.provision.common import TWIN_OVERRIDE
 
-# make, Terraform roots of the checkout, the AWS twin's override in infra/aws: one at a time
-pytestmark = [pytest.mark.xdist_group("checkout"), pytest.mark.lab, pytest.mark.slow]
+# Its own lab and emulator, and its own copy of infra/ (TFCLUSTER_TF_DIR): nothing it writes is in the checkout's
+# roots, so it runs beside the `checkout` group (make in the same checkout is safe: setup's steps are stamped).
+pytestmark = [pytest.mark.xdist_group("twinlab"), pytest.mark.lab, pytest.mark.slow]
 LATE_SLOT, LATE_SECONDS = "worker-1", 25
 TYPE = "g5.xlarge"  # the root's default instance type
 SESSION = f"{int(time.time()) % 100000:05d}"
@@ -43,7 +46,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def twin(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
     build(dest=DEFAULT_DEST)  # the hosts have no route out: the runtime comes from the wheelhouse (air-gapped path)
-    twin = Twin(tmp_path_factory.mktemp("twin"))
+    workdir = tmp_path_factory.mktemp("twin")
+    twin = Twin(workdir, tf_dir=copy_infra(workdir / "infra") / "aws")  # the root as committed, in a copy
     twin.layer = runtime_layer(DEFAULT_DEST)  # instances of an image with the runtime: the fresh install has its test
     request.addfinalizer(twin.close)
     twin.start()
@@ -96,6 +100,9 @@ def test_provision_applies_the_root_and_reads_host_keys_from_the_console(twin: T
     lines = known_hosts.path_for(CLUSTER).read_text().splitlines()
     assert sorted(lines) == sorted(f"{address} {key}" for address, key in expected.items())
     assert f"region {REGION}" not in run.output  # no preflight refusal
+    # The twin applied its own copy: the checkout's root, which `checkout` tests read beside it, was never written.
+    assert twin.tf_dir != REPO / "infra" / "aws" and twin.override.is_file()
+    assert not (REPO / "infra" / "aws" / TWIN_OVERRIDE).exists()
     print(f"[twin] provision {run.seconds:.1f} s")
 
 

@@ -23,7 +23,7 @@ from tfcluster import kinds
 from tfcluster.core.contract import TAG_KEYS
 from tfcluster.provision import localaws
 
-# make, Terraform roots of the checkout, the AWS twin's override in infra/aws: one at a time
+# make, the Terraform roots of the checkout: one at a time
 pytestmark = [pytest.mark.xdist_group("checkout"), pytest.mark.integration, pytest.mark.slow]
 EXPIRES = "2030-01-31T18:00:00Z"
 

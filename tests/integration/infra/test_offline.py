@@ -15,7 +15,7 @@ import pytest
 from tfcluster.core.files import sha256_file
 from tfcluster.provision import terraform as terraform_toolchain
 
-# make, Terraform roots of the checkout, the AWS twin's override in infra/aws: one at a time
+# make, the Terraform roots of the checkout: one at a time
 pytestmark = [pytest.mark.xdist_group("checkout"), pytest.mark.integration]
 
 
