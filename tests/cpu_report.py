@@ -20,6 +20,7 @@ import os
 import resource
 import threading
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,6 +173,14 @@ def remove_groups(run: Path) -> None:
             group.rmdir()
 
 
+def prune_runs(top: Path, live: Callable[[set[int]], set[int]] = system.live) -> None:
+    """The cgroups of earlier runs whose process is gone (``top/<pid>``): a worker cannot remove its own while a
+    child lives on in it (an SSH ControlPersist master), so the next run removes them once empty."""
+    for run in top.iterdir() if top.is_dir() else ():
+        if run.is_dir() and run.name.isdigit() and not live({int(run.name)}):
+            remove_groups(run)
+
+
 def leave_cgroup(meter: Meter) -> None:
     if meter.group and meter.origin:
         with suppress(OSError):
@@ -201,6 +210,8 @@ class CpuReport:
         base = unified_base()
         worker = getattr(config, "workerinput", None)
         self.summarizes = worker is None
+        if self.summarizes and base:
+            prune_runs(base / TEST_TOP)
         self.meter: Meter | None = None
         self.starts: dict[str, tuple[float, float, dict[str, float]]] = {}
         self.records: list[Record] = []

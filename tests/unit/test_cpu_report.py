@@ -103,3 +103,13 @@ def test_without_the_option_nothing_is_measured(tmp_path: Path, option: str) -> 
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "CPU per test" not in proc.stdout
+
+
+def test_an_earlier_runs_emptied_cgroups_are_removed_and_a_live_runs_kept(tmp_path: Path) -> None:
+    top = tmp_path / "tfcluster-test"
+    for path in ("111/gw0", "111/gw1", "222/gw0", "333/main"):
+        (top / path).mkdir(parents=True)
+    (top / "333" / "main" / "left").mkdir()  # still holds a group: not empty, so kept
+    cpu_report.prune_runs(top, live=lambda pids: pids & {222})
+    assert sorted(p.name for p in top.iterdir()) == ["222", "333"]
+    assert (top / "222" / "gw0").is_dir() and (top / "333" / "main").is_dir()
