@@ -174,17 +174,20 @@ def remove_groups(run: Path) -> None:
 
 
 def prune_runs(top: Path, live: Callable[[set[int]], set[int]] = system.live) -> None:
-    """The cgroups of earlier runs whose process is gone (``top/<pid>``): a worker cannot remove its own while a
-    child lives on in it (an SSH ControlPersist master), so the next run removes them once empty."""
+    """The cgroups of earlier runs whose process is gone (``top/<pid>``) and that never reached their own cleanup
+    (killed): removed once empty."""
     for run in top.iterdir() if top.is_dir() else ():
         if run.is_dir() and run.name.isdigit() and not live({int(run.name)}):
             remove_groups(run)
 
 
 def leave_cgroup(meter: Meter) -> None:
+    """Back to the cgroup this process came from, with every child still in its group (an SSH ControlPersist
+    master outlives the test that started it), so the group can be removed."""
     if meter.group and meter.origin:
-        with suppress(OSError):
-            (meter.origin / "cgroup.procs").write_text(str(os.getpid()))
+        for pid in {os.getpid(), *system.cgroup_pids(meter.group)}:
+            with suppress(OSError):
+                (meter.origin / "cgroup.procs").write_text(str(pid))
         remove_groups(meter.group.parent)
 
 
