@@ -38,7 +38,7 @@ PREPARE  ?=## force: run every prepare role even where the prepared digest says 
 GPU      ?=## wheelhouse: 1 adds the CUDA wheels (an air-gapped GPU cluster)
 PYTEST_ARGS ?=## extra pytest arguments, e.g. -k inventory, or a test path (make test PYTEST_ARGS=tests/unit/core)
 BASE     ?=## test-changed: compare with this git ref (default: the uncommitted changes)
-TEST_WORKERS ?= 4## make test: pytest-xdist workers (the suite waits on hosts and timers more than it computes)
+TEST_WORKERS ?= 6## make test: pytest-xdist workers (four groups of tests run in one worker each; waits on hosts and timers overlap)
 ANSIBLE_ARGS ?=## extra ansible-playbook arguments (trusted), e.g. -e tf_job_stall_timeout=120
 WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tfcluster.prepare.wheelhouse)
 export CLUSTER WORKERS JOB STRATEGY HOSTS SLURM SCRIPT SCRIPT_ARGS SCRIPT_REQUIREMENTS KERAS TRAINER_ARGS EPOCHS
@@ -49,6 +49,10 @@ export AMI ALL_OR_NOTHING
 VENV := .venv
 PY   := $(VENV)/bin/python
 TFC  := $(VENV)/bin/tfcluster
+# The suites write bytecode whatever the shell says: with PYTHONDONTWRITEBYTECODE set, every process (each pytest
+# worker's collection and assertion rewriting, every tfcluster, inventory and ansible-playbook run loading the
+# collection's plugins) compiled the project's modules again (collection: 7.0 CPU-s a worker, 2.6 with bytecode).
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # Terraform's provider source (docs/infra.md): CLUSTER=aws uses the public registry, CLUSTER=local the offline mirror
@@ -61,8 +65,8 @@ demo: setup ## Whole job end to end on the embedded local cluster (emulated AWS 
 	$(TFC) demo
 
 .PHONY: test
-test: setup setup-lab ## Every test suite (unit, integration, lab), in parallel (pytest-xdist); installs what it needs first
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+test: setup-lab ## Every test suite (unit, integration, lab), in parallel (pytest-xdist); installs what it needs first
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 ##@ Cluster lifecycle
 .PHONY: provision
@@ -153,7 +157,7 @@ setup-cluster:
 
 .PHONY: test-unit
 test-unit: setup ## Fast tests only (no TensorFlow workers, terraform or lab), in parallel
-	$(PY) -m pytest -n 2 tests/unit $(PYTEST_ARGS)
+	$(PYTEST) -n 2 tests/unit $(PYTEST_ARGS)
 
 .PHONY: test-changed
 test-changed: setup ## The unit tests of the folders your uncommitted changes (or BASE=<git ref>) touch
@@ -161,11 +165,11 @@ test-changed: setup ## The unit tests of the folders your uncommitted changes (o
 
 .PHONY: test-integration
 test-integration: setup ## Integration tests (real tools on loopback)
-	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+	$(PYTEST) tests/integration $(PYTEST_ARGS)
 
 .PHONY: test-lab
-test-lab: setup setup-lab ## The multi-host lab suite alone (root; systemd-nspawn hosts)
-	$(PY) -m pytest tests/lab $(PYTEST_ARGS)
+test-lab: setup-lab ## The multi-host lab suite alone (root; systemd-nspawn hosts)
+	$(PYTEST) tests/lab $(PYTEST_ARGS)
 
 .PHONY: test-molecule
 test-molecule: setup ## Molecule scenario default (delegated driver, localhost, throw-away prefix)
@@ -202,8 +206,8 @@ bench: setup ## Benchmarks (print ratios measured in one run)
 LAB_HOSTS ?= 3## lab-up: number of hosts (a chief and LAB_HOSTS-1 workers)
 
 .PHONY: setup-lab
-setup-lab: setup ## Install debootstrap, systemd-container, nftables and build the cached lab rootfs (root only)
-	@if [ "$$(id -u)" = 0 ]; then $(PY) -m lab setup && $(PY) -m tfcluster.prepare.wheelhouse; else echo "skipping lab setup (needs root)"; fi
+setup-lab: ## setup, and the lab: debootstrap, systemd-container, nftables, the cached rootfs, the hosts' wheelhouse (root)
+	@bash tools/setup.sh full lab
 
 .PHONY: lab-up
 lab-up: setup-lab ## Boot a lab of real hosts and write its on-prem host file (see docs/lab.md)

@@ -70,8 +70,8 @@ def labs_of(root: Path) -> list[str]:
 def running_labs(root: Path) -> list[str]:
     """Labs with state on disk or processes in their cgroups (any lab dir's, on this machine)."""
     names = set(labs_of(root))
-    for base in system.cgroup_bases():
-        top = base / system.CGROUP_TOP
+    cpu_top = system.cpu_top()
+    for top in [base / system.CGROUP_TOP for base in system.cgroup_bases()] + ([cpu_top] if cpu_top else []):
         if top.is_dir():
             names.update(p.name for p in top.iterdir() if p.is_dir())
     return sorted(names)
@@ -89,7 +89,8 @@ def leftovers(lab_dir: Path | None = None, lab: str | None = None) -> list[str]:
         for bridge in (bridge_name(name), front_bridge_name(name)):
             if system.link_exists(bridge):
                 found.append(f"bridge {bridge}")
-        for g in system.lab_cgroups(name):
+        cpu = system.cpu_group(name)
+        for g in [*system.lab_cgroups(name), *([cpu] if cpu is not None else [])]:
             if g.exists():
                 found.append(f"cgroup {g}")
         if (root / "run" / name).exists():

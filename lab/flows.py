@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import selectors
 import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,13 @@ TRAIN_PORT = 12345
 TINY_TRAINER_ARGS = ("--dataset synthetic --synthetic-examples 2048 --batch-size-per-replica 16 "
                      "--no-evaluate --no-tensorboard --status-interval 1 --log-level INFO")
 EPOCHS = 3
+# Jobs that must still be training when a fault or a timer lands: short epochs, and the cluster slowed to SLOW_CPUS
+# in all (Lab.limit_cpu) from the moment the first epoch's backup exists until the fault has landed. A 3-task job
+# then trains ~8 steps a second (~12 ms of CPU per step and task, RING on loopback), so the steps left are seconds to
+# minutes of training whatever the machine's speed; sized for a fast machine instead (300-step epochs), the same
+# tests trained 3-4x the steps at full speed (a 300-step epoch costs the 3 hosts ~11 CPU-s).
+FAULT_STEPS = 100
+SLOW_CPUS = 0.3
 
 # Settings every flow's playbook run gets (-e): tiny training, quick polling and restarts.
 FLOW_VARS: dict[str, object] = {
@@ -52,6 +60,19 @@ FLOW_VARS: dict[str, object] = {
     "tf_job_stall_timeout": 180,
     "tf_job_wait_timeout": 900,
 }
+
+# A job's status.json as JSON lines, twice a second ({} while there is none), for as long as the SSH connection lasts.
+STATUS_LOOP = """
+import json, sys, time
+while True:
+    try:
+        with open(sys.argv[1]) as handle:
+            status = json.load(handle)
+    except (OSError, ValueError):
+        status = {}
+    print(json.dumps(status), flush=True)
+    time.sleep(0.5)
+"""
 
 RECAP_RE = re.compile(r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
                       r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)", re.MULTILINE)
@@ -236,6 +257,28 @@ class Flows:
     def status(self, host: str, job: str) -> dict[str, object] | None:
         return self.read_json(host, f"{self.model_dir(job)}/status.json")
 
+    def wait_for_training(self, host: str, job: str, started: Started, *, epochs: int = 1,
+                          timeout: float = 600) -> float:
+        """Until ``host`` has finished ``epochs`` epochs of ``job`` (a backup exists) and trains the next one; the
+        seconds it took. Raises when the playbook run ``started`` ended first, or at ``timeout``. The host's
+        status.json is read twice a second by one loop over one SSH connection: a connection each poll (the
+        handshake ~0.15 CPU-s here and on the host) was most of what such a wait cost."""
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        command = f"python3 -c {shlex.quote(STATUS_LOOP)} {shlex.quote(self.model_dir(job) + '/status.json')}"
+        while time.monotonic() < deadline:
+            watcher = subprocess.Popen(self.lab.ssh_argv(host, command), stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            try:
+                for status in _json_lines(watcher, deadline, started):
+                    if epoch_of(status) >= epochs and status.get("state") == "training":
+                        return time.monotonic() - t0
+            finally:
+                watcher.kill()
+                watcher.wait()
+            time.sleep(1.0)  # the connection ended (the host was busy or away): another one
+        raise AssertionError(f"{host} did not finish {epochs} epoch(s) of {job} (waited {timeout:.0f} s)")
+
     def stop_everywhere(self, job: str, hosts: Sequence[str] = FLOW_NAMES) -> None:
         """Test cleanup: stop the job's unit on every reachable host (never fails)."""
         for host in hosts:
@@ -243,6 +286,31 @@ class Flows:
                 continue
             self.lab.ssh(host, f"systemctl stop {self.unit(job)}; systemctl reset-failed {self.unit(job)}",
                          check=False, timeout=60)
+
+
+def _json_lines(watcher: subprocess.Popen[bytes], deadline: float, started: Started) -> Iterator[dict[str, object]]:
+    """The JSON objects ``watcher`` prints, one a line, until its output ends or ``deadline``; raises when the playbook
+    run ``started`` has ended."""
+    assert watcher.stdout is not None
+    buffered = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(watcher.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if started[0].poll() is not None:
+                raise AssertionError("the playbook run ended first:\n" + started[1].read_text(errors="replace")[-4000:])
+            if not selector.select(timeout=1.0):
+                continue
+            chunk = os.read(watcher.stdout.fileno(), 65536)
+            if not chunk:
+                return
+            *lines, buffered = (buffered + chunk).split(b"\n")
+            for line in lines:
+                try:
+                    status = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(status, dict):
+                    yield status
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, message: str, interval: float = 0.5) -> float:

@@ -18,7 +18,8 @@ A cloud-like lab (the AWS twin, lab/twin.py) also takes: ``addresses`` (the inst
 ``user``/``user_key`` (a cloud image's login user with passwordless sudo and the key pair's key), ``sshd_delay``
 ({host: seconds}: sshd starts late, as on a booting instance; start() does not wait for those hosts) and ``bastion``
 (a jump host with a second leg on a front bridge; ``isolate()`` then takes the control machine off the lab bridge).
-``rekey(host)`` gives a host a new SSH host key.
+``rekey(host)`` gives a host a new SSH host key. ``limit_cpu(cores)`` and ``weigh_cpu(weight)`` set the CPU the
+whole lab gets (the cgroup cpu controller, lab/system.py).
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from __future__ import annotations
 import logging
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from lab import guest, process, system
@@ -109,7 +110,7 @@ class Lab(Access):
         setup(self.paths.root)
         system.ensure_inotify()
         with locked(self.paths.root):
-            if self.paths.run.exists() or any(g.is_dir() for g in system.lab_cgroups(self.paths.lab)):
+            if self.paths.run.exists() or any(g.is_dir() for g in self._groups()):
                 log.info("lab %s has state left from an earlier run; cleaning it up first", self.paths.lab)
                 self._down_locked()
             spec = self._make_spec(system.used_networks())
@@ -135,6 +136,11 @@ class Lab(Access):
         log.info("lab %s: %d hosts up in %.1f s on %s (%s)", spec.name, len(spec.hosts), self.boot_seconds,
                  spec.bridge, spec.subnet)
         return self
+
+    def _groups(self) -> list[Path]:
+        """The lab's cgroups: its hosts' tops and its cpu group."""
+        group = system.cpu_group(self.paths.lab)
+        return [*system.lab_cgroups(self.paths.lab), *([group] if group is not None else [])]
 
     def _make_spec(self, used: list[str]) -> LabSpec:
         subnet = check_subnet(self._subnet, len(self._slots), used) if self._subnet else pick_subnet(used)
@@ -186,6 +192,10 @@ class Lab(Access):
                 system.remove_cgroup(group)
             except (LabError, OSError) as exc:
                 errors.append(str(exc))
+        try:
+            system.remove_cpu_group(self.paths.lab)
+        except (LabError, OSError) as exc:
+            errors.append(str(exc))
         for base in system.cgroup_bases():  # the shared top, once no lab uses it
             with suppress(OSError):
                 (base / system.CGROUP_TOP).rmdir()
@@ -303,6 +313,27 @@ class Lab(Access):
 
     def is_cut(self, name: str) -> bool:
         return not system.link_is_up(self.host(name).veth)
+
+    def limit_cpu(self, cores: float | None, hosts: Sequence[str] | None = None) -> None:
+        """Every host of the lab together (each of ``hosts``) gets at most ``cores`` CPUs; None lifts the limit. A
+        slower cluster: a test that must find a job still training after a fixed wait (a fault, a minute offline, a
+        deadline) slows the cluster for that wait instead of paying for what a full-speed cluster would train."""
+        for host in hosts if hosts is not None else [None]:
+            system.limit_cpu(self.paths.lab, cores, None if host is None else self.host(host).name)
+
+    @contextmanager
+    def cpu_limited(self, cores: float, hosts: Sequence[str] | None = None) -> Iterator[None]:
+        """``limit_cpu(cores, hosts)`` for the block, lifted after it whatever happens."""
+        self.limit_cpu(cores, hosts)
+        try:
+            yield
+        finally:
+            self.limit_cpu(None, hosts)
+
+    def weigh_cpu(self, weight: int) -> None:
+        """The lab's share of contended CPU against other labs and processes (cgroup v2's cpu.weight: 1-10000,
+        default 100)."""
+        system.weigh_cpu(self.paths.lab, weight)
 
     def nspawn_pid(self, name: str) -> int | None:
         try:

@@ -1,6 +1,6 @@
 """One lab host's processes on the control machine: systemd-nspawn under a tiny sh supervisor in its own cgroup
-(``/sys/fs/cgroup/{systemd,unified}/tfcluster-lab/LAB/HOST``), booted again after an in-guest reboot (exit 133),
-powered off with SIGTERM, killed only when it does not go."""
+(``/sys/fs/cgroup/{systemd,unified}/tfcluster-lab/LAB/HOST``, and the lab's cpu group: lab/system.py), booted again
+after an in-guest reboot (exit 133), powered off with SIGTERM, killed only when it does not go."""
 
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ def boot(paths: LabPaths, spec: LabSpec, host: LabHost) -> subprocess.Popen[byte
     groups = system.lab_cgroups(paths.lab, host.name)
     for g in groups:
         g.mkdir(parents=True, exist_ok=True)
+    groups += system.cpu_join_groups(paths.lab, host.name)  # the lab's CPU limit and weight (Lab.limit_cpu) hold it too
     env = {**os.environ, "TFCLAB_CGROUPS": " ".join(map(str, groups)),
            "TFCLAB_PIDFILE": str(paths.pidfile(host.name)),
            "TFCLAB_BOOTLOG": str(paths.bootlog(host.name)),

@@ -259,6 +259,111 @@ def remove_cgroup(group: Path) -> None:
         _rmdir(child)
 
 
+# ---- the cpu controller: a lab's CPU limit and weight --------------------------------------------------------
+# Each host is one group of the hierarchy that has the cpu controller, inside its lab's: cgroup v1's
+# ``cpu/tfcluster-lab/LAB/HOST`` (a hybrid machine such as this one: the host's supervisor joins it, and a guest sees
+# that hierarchy read-only, so every process of the host stays in it) or, on pure cgroup v2, the host's own group
+# ``tfcluster-lab/LAB/HOST`` with ``cpu`` enabled above it. Without either, a lab has no CPU settings (LabError).
+# A group competes with its siblings as one process would (v1 cpu.shares, v2 cpu.weight), whatever it holds: the
+# labs' top group weighs as much as CPU_TOP_PROCESSES busy processes of the control machine, so labs together are
+# not squeezed into one process's share (their hosts' processes competed one by one before they had a group).
+CPU_PERIOD_US = 100_000
+CPU_DEFAULT_WEIGHT = 100  # cgroup v2's cpu.weight default; v1's cpu.shares is weight * 1024 / 100
+CPU_TOP_PROCESSES = 8
+
+
+def cpu_v1(base: Path = CGROUP_FS) -> bool:
+    return (base / "cpu" / "cpu.cfs_quota_us").exists()
+
+
+def cpu_top(base: Path = CGROUP_FS) -> Path | None:
+    """The labs' top group under the cpu controller, None where the machine has none."""
+    if cpu_v1(base):
+        return base / "cpu" / CGROUP_TOP
+    with contextlib.suppress(OSError):
+        if "cpu" in (base / "cgroup.controllers").read_text().split():
+            return base / CGROUP_TOP
+    return None
+
+
+def cpu_group(lab: str, host: str | None = None, base: Path = CGROUP_FS) -> Path | None:
+    """The lab's (or one host's) group under the cpu controller, None where the machine has none."""
+    top = cpu_top(base)
+    return None if top is None else top.joinpath(lab, *([host] if host else []))
+
+
+def _weigh(group: Path, weight: int, v1: bool) -> None:
+    if v1:
+        (group / "cpu.shares").write_text(f"{max(2, weight * 1024 // CPU_DEFAULT_WEIGHT)}\n")
+    else:
+        (group / "cpu.weight").write_text(f"{weight}\n")
+
+
+def cpu_join_groups(lab: str, host: str, base: Path = CGROUP_FS) -> list[Path]:
+    """The cpu group a host's supervisor joins besides its own, created here (v1 only: on v2 the host's own group
+    is the one)."""
+    group = cpu_group(lab, host, base)
+    if group is None or not cpu_v1(base):
+        return []
+    top = group.parent.parent
+    if not top.is_dir():
+        top.mkdir(parents=True, exist_ok=True)
+        _weigh(top, CPU_TOP_PROCESSES * CPU_DEFAULT_WEIGHT, v1=True)
+    group.mkdir(parents=True, exist_ok=True)
+    return [group]
+
+
+def _cpu_ready(lab: str, host: str | None, base: Path) -> Path:
+    group = cpu_group(lab, host, base)
+    if group is None:
+        raise LabError("this machine has no cgroup cpu controller (neither cgroup v1's cpu hierarchy nor 'cpu' in "
+                       f"{base / 'cgroup.controllers'}), so a lab's CPU cannot be limited or weighed")
+    if not group.is_dir():
+        raise LabError(f"lab {lab} has no cpu group {group}: is it up?")
+    if not cpu_v1(base):  # v2: each parent enables the controller for its children
+        parent = base
+        for part in group.relative_to(base).parts:
+            control = parent / "cgroup.subtree_control"
+            if "cpu" not in control.read_text().split():
+                control.write_text("+cpu\n")
+                if parent.name == CGROUP_TOP:
+                    _weigh(parent, CPU_TOP_PROCESSES * CPU_DEFAULT_WEIGHT, v1=False)
+            parent = parent / part
+    return group
+
+
+def limit_cpu(lab: str, cores: float | None, host: str | None = None, base: Path = CGROUP_FS) -> None:
+    """Every process of the lab (of ``host``) together gets at most ``cores`` CPUs (None: no limit)."""
+    if cores is not None and cores <= 0:
+        raise LabError(f"a CPU limit must be above 0 cores, not {cores}")
+    group = _cpu_ready(lab, host, base)
+    quota = None if cores is None else max(1000, round(cores * CPU_PERIOD_US))
+    if cpu_v1(base):
+        (group / "cpu.cfs_period_us").write_text(f"{CPU_PERIOD_US}\n")
+        (group / "cpu.cfs_quota_us").write_text(f"{-1 if quota is None else quota}\n")
+    else:
+        (group / "cpu.max").write_text(f"{'max' if quota is None else quota} {CPU_PERIOD_US}\n")
+
+
+def weigh_cpu(lab: str, weight: int, base: Path = CGROUP_FS) -> None:
+    """The lab's share of a contended CPU against its siblings, as v2's cpu.weight (1-10000, default 100)."""
+    if not 1 <= weight <= 10_000:
+        raise LabError(f"a CPU weight is 1-10000 (cgroup v2's cpu.weight), not {weight}")
+    _weigh(_cpu_ready(lab, None, base), weight, cpu_v1(base))
+
+
+def remove_cpu_group(lab: str, base: Path = CGROUP_FS) -> None:
+    """The lab's v1 cpu groups, once its hosts are gone, and the shared top once no lab uses it (v2: they are the
+    hosts' own groups, which go with the others)."""
+    if not cpu_v1(base):
+        return
+    group = base / "cpu" / CGROUP_TOP / lab
+    if group.is_dir():
+        remove_cgroup(group)
+    with contextlib.suppress(OSError):
+        group.parent.rmdir()
+
+
 def _rmdir(path: Path) -> None:
     for _ in range(50):
         try:

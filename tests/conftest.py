@@ -28,8 +28,12 @@ def venv_bin() -> Path:
 # `make test` runs pytest-xdist with --dist loadgroup: tests carrying xdist_group("NAME") all run, in order, in the one
 # worker that takes the group; the rest are spread over every worker. A lab module boots labs with fixed names and a
 # module- or session-scoped lab fixture (two workers would boot the same lab twice), so each lab module names its
-# group; every user of the session's flow lab is in the group "flowlab".
+# group; every user of a shared session fixture is in that fixture's group, so that one worker builds it once.
 FLOW_GROUP = "flowlab"
+SHARED_FIXTURES: dict[str, tuple[str, str]] = {  # fixture: (its group, what it is)
+    "flow_lab": (FLOW_GROUP, "the flow lab"),
+    "prepared_slots": ("byoslots", "the prepared local slots"),
+}
 
 
 def _group(item: pytest.Item) -> str | None:
@@ -38,13 +42,15 @@ def _group(item: pytest.Item) -> str | None:
 
 
 def group_problems(items: list[pytest.Item], root: Path) -> list[str]:
-    """Every test of tests/lab/ in a group, and every user of the flow lab in FLOW_GROUP."""
+    """Every test of tests/lab/ in a group, and every user of a shared fixture (SHARED_FIXTURES) in its group."""
     problems = []
     for item in items:
         where = Path(str(item.path)).resolve()
         group = _group(item)
-        if "flow_lab" in getattr(item, "fixturenames", ()) and group != FLOW_GROUP:
-            problems.append(f"{item.nodeid}: uses the flow lab but is not marked xdist_group({FLOW_GROUP!r})")
+        wrong = [(want, what) for name, (want, what) in SHARED_FIXTURES.items()
+                 if name in getattr(item, "fixturenames", ()) and group != want]
+        if wrong:
+            problems += [f"{item.nodeid}: uses {what} but is not marked xdist_group({want!r})" for want, what in wrong]
         elif where.is_relative_to(root / "tests" / "lab") and group is None:
             problems.append(f"{item.nodeid}: a lab test without an xdist_group mark (its labs have fixed names)")
     return problems

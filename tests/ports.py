@@ -13,10 +13,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def free_port_block(count: int) -> int:
-    """A base port with ``count`` consecutive ports free on 127.0.0.1 now (tests that need them run one at a time)."""
+def free_port_block(count: int, low: int = 20000, high: int = 40000) -> int:
+    """A base port with ``count`` consecutive ports free on 127.0.0.1 now (tests that need them run one at a time),
+    in [low, high]."""
     for _ in range(200):
-        base = random.randint(20000, 40000)
+        base = random.randint(low, high)
         socks = []
         try:
             for port in range(base, base + count):

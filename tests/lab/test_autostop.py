@@ -106,18 +106,39 @@ def wait_until(predicate: object, timeout: float, what: str) -> None:
     raise AssertionError(f"{what} within {timeout:.0f} s")
 
 
+SESSIONS = "ps -eo args | grep -c '^sshd: root@'"  # this probe's own session counts one
+
+
+def close_connections(control_dir: Path) -> None:
+    """End the SSH connections a run of Ansible's left open (ControlPersist) and wait until they are gone: none may
+    outlive its run, on as-ssh it would count as a session. (Without a persistent connection, every module of the
+    four runs on four hosts paid an SSH handshake, ~0.2 CPU-s here and on the host.)"""
+    for socket in control_dir.glob("*"):
+        subprocess.run(["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "ansible"], capture_output=True,
+                       timeout=30, check=False)
+    wait_until(lambda: not control_dir.is_dir() or not any(control_dir.iterdir()), 30,
+               f"Ansible's SSH connections ({control_dir}) did not end")
+
+
 def run_role(flows: Flows, hosts_file: Path, outcome: Outcome, lab: Lab) -> None:
     # "keep": site.yml's way (autostop_overwrite false, other values): a host keeps the settings it has.
     keep = {**SETTINGS, "autostop_overwrite": False, "autostop_idle_minutes": 30, "autostop_mode": "jobs"}
     for name, args, settings in (("check", ["--check"], SETTINGS), ("first", [], SETTINGS), ("again", [], SETTINGS),
                                  ("keep", [], keep)):
-        run = outcome.runs[name] = flows.run("autostop.yml", hosts_file, "autostop", settings, args=args, timeout=300)
+        control = flows.workdir / f"cp-{name}"  # the run's own connections (close_connections)
+        run = outcome.runs[name] = flows.run("autostop.yml", hosts_file, "autostop",
+                                             {**settings, "ansible_control_path_dir": str(control)}, args=args,
+                                             timeout=300)
+        close_connections(control)
         if run.returncode != 0:
             pytest.fail(f"the {name} run of playbooks/autostop.yml failed:\n{run.describe()}")
         if name == "check":
             outcome.check_mode_left = lab.ssh(
                 IDLE, "ls /etc/tfcluster /opt/tfcluster /etc/systemd/system/tfcluster.autostop.timer 2>/dev/null; "
                 "systemctl is-active tfcluster.autostop.timer", check=False).stdout.strip()
+    # Every connection of the runs has ended on as-ssh too: the test's session and this probe's are left.
+    wait_until(lambda: int(lab.ssh(SSH, SESSIONS, check=False).stdout.strip() or 0) == 2, 30,
+               "Ansible's sessions on as-ssh did not end")
     outcome.status = {host: status(lab, host) for host in HOSTS}
     outcome.exposure = lab.ssh(BUSY, "systemd-analyze security tfcluster.autostop.service --no-pager | tail -1").stdout
     outcome.settings_at = moment(outcome.status[IDLE]["last_active"])
@@ -163,24 +184,21 @@ def outcome(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     flows = Flows(lab, workdir, workdir / "no-wheelhouse")
     hosts_file = flows.hosts_file("autostop", SLOTS, cluster_name="lab-autostop")
     result = Outcome()
-    with pytest.MonkeyPatch.context() as patch:
-        # No SSH connection of Ansible's may outlive its run: on as-ssh it would count as a session.
-        patch.setenv("ANSIBLE_SSH_ARGS", "-o ControlMaster=no -o ControlPersist=no")
-        session = subprocess.Popen(lab.ssh_argv(SSH, "sleep 900"), stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            count = "ps -eo args | grep -c '^sshd: root@'"  # this probe's own session counts one
-            wait_until(lambda: int(lab.ssh(SSH, count, check=False).stdout.strip() or 0) >= 2, 30,
-                       "the SSH session to as-ssh did not open")
-            run_role(flows, hosts_file, result, lab)
-            start_job(lab, IDLE, 30)
-            start_job(lab, BUSY, 1800)
-            reboot(lab, result)
-            watch(lab, result, session)
-        finally:
-            if session.poll() is None:
-                session.terminate()
-                session.wait(timeout=30)
+    # No SSH connection of Ansible's outlives its run (run_role: close_connections): on as-ssh it would count.
+    session = subprocess.Popen(lab.ssh_argv(SSH, "sleep 900"), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: int(lab.ssh(SSH, SESSIONS, check=False).stdout.strip() or 0) >= 2, 30,
+                   "the SSH session to as-ssh did not open")
+        run_role(flows, hosts_file, result, lab)
+        start_job(lab, IDLE, 30)
+        start_job(lab, BUSY, 1800)
+        reboot(lab, result)
+        watch(lab, result, session)
+    finally:
+        if session.poll() is None:
+            session.terminate()
+            session.wait(timeout=30)
     print(json.dumps({k: v for k, v in result.__dict__.items() if k != "runs"}, indent=1, default=str))
     yield result
 

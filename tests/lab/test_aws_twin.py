@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -106,23 +108,45 @@ def test_provision_applies_the_root_and_reads_host_keys_from_the_console(twin: T
     print(f"[twin] provision {run.seconds:.1f} s")
 
 
+# Read on the chief by one loop over one SSH connection, which exits at the first step: a connection every half
+# second from here (the handshake ~0.15 CPU-s) cost the twin's two trains ~40 CPU-s until their first step.
+FIRST_STEP = """
+import json, sys, time
+while True:
+    try:
+        status = json.load(open(sys.argv[1]))
+    except (OSError, ValueError):
+        status = {}
+    if int(status.get("step") or 0) > 0 or int(status.get("epochs_done") or 0) > 0:
+        break
+    time.sleep(0.5)
+"""
+
+
 def _watch_first_step(twin: Twin, job: str, chief: str, stop: threading.Event, t0: float) -> None:
     """Record the seconds from `make train` to the chief's first training step (its status.json)."""
+    command = f"python3 -c {shlex.quote(FIRST_STEP)} /var/lib/tfcluster/{job}/status.json"
     while not stop.is_set():
-        proc = twin.lab.ssh(chief, f"cat /var/lib/tfcluster/{job}/status.json", check=False, timeout=20)
+        proc = subprocess.Popen(twin.lab.ssh_argv(chief, command), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            status = json.loads(proc.stdout) if proc.returncode == 0 else {}
-        except ValueError:
-            status = {}
-        if int(status.get("step") or 0) > 0 or int(status.get("epochs_done") or 0) > 0:
+            while proc.poll() is None and not stop.is_set():
+                time.sleep(0.2)
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
+        if proc.returncode == 0:
             FIGURES.setdefault(f"first_step_s[{job}]", round(time.monotonic() - t0, 1))
             return
-        time.sleep(0.5)
+        stop.wait(2.0)  # the connection ended early (the host was busy or away): once more
 
 
-def _train(twin: Twin, job: str) -> Any:
+def _train(twin: Twin, job: str, steps_per_epoch: int | None = None) -> Any:
+    """`make train` of the default job (real MNIST, one epoch: it learns it), or of ``steps_per_epoch`` steps of it."""
     stop = threading.Event()
-    started = twin.make_async("train", JOB=job, **TRAIN_VARS)
+    shorter = {"TRAINER_ARGS": f"--steps-per-epoch {steps_per_epoch}"} if steps_per_epoch else {}
+    started = twin.make_async("train", JOB=job, **TRAIN_VARS, **shorter)
     watcher = threading.Thread(target=_watch_first_step, args=(twin, job, "tw-worker-0", stop, started[2]),
                                daemon=True)
     watcher.start()
@@ -133,7 +157,7 @@ def _train(twin: Twin, job: str) -> Any:
     current = REPO / "artifacts" / "aws" / job / "current"
     assert verify_dir(current) > 0  # every file of the manifest, sha256-checked
     metrics = json.loads((current / "metrics.json").read_text())
-    assert metrics["test_accuracy"] >= 0.95, metrics
+    assert metrics["test_accuracy"] >= (0.95 if steps_per_epoch is None else 0.5), metrics
     assert metrics.get("dataset", "mnist") != "synthetic"
     FIGURES[f"train_s[{job}]"] = round(run.seconds, 1)
     FIGURES[f"test_accuracy[{job}]"] = metrics["test_accuracy"]
@@ -157,7 +181,9 @@ def test_bastion_mode_reaches_the_hosts_only_through_the_jump_host(twin: Twin) -
     _ok(twin.make("provision", AUTO_APPROVE="1"))
     text = known_hosts.path_for(CLUSTER).read_text()
     assert twin.lab.bastion is not None and f"{twin.lab.bastion.front_address} ssh-ed25519" in text
-    _train(twin, _job("bastion"))
+    # The reach is what this test is about: a shorter job of the same data (the default job's accuracy is the
+    # private-IP test's; a second whole epoch cost the two hosts ~60 CPU-s).
+    _train(twin, _job("bastion"), steps_per_epoch=50)
 
 
 def test_a_changed_host_key_stops_the_run_naming_the_host(twin: Twin) -> None:

@@ -1,8 +1,8 @@
 """Faults injected mid-run on lab hosts (issue 6 item 4): a SIGKILLed trainer, a cut link, a rebooted worker.
 
 Each test starts train.yml in the background, waits until the workers have finished an epoch (so a backup exists),
-injects the fault from the control machine, and asserts how the job ends. Training is longer than the other flows
-(more steps per epoch) so the fault lands mid-run.
+slows the cluster (lab/flows.py: SLOW_CPUS) so that the fault lands mid-run, injects the fault from the control
+machine, and asserts how the job ends.
 """
 
 from __future__ import annotations
@@ -12,38 +12,15 @@ import time
 
 import pytest
 
-from lab.flows import (
-    MWMS_SLOTS,
-    TINY_TRAINER_ARGS,
-    Flows,
-    Started,
-    epoch_of,
-    wait_until,
-)
+from lab.flows import FAULT_STEPS, MWMS_SLOTS, SLOW_CPUS, TINY_TRAINER_ARGS, Flows, wait_until
 
 # every test of the session's prepared flow lab runs in the one worker that boots it
 pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.slow]
 
-# More steps than the plain flows (~5-20 s per epoch on 2 shared cores), so the fault lands mid-run, after the
-# first epoch's backup and well before the last epoch ends.
-LONGER = {"tfcluster_trainer_args": TINY_TRAINER_ARGS + " --steps-per-epoch 300"}
+# Epochs of FAULT_STEPS: after the first epoch's backup, the cluster is slowed until the fault has landed.
+LONGER = {"tfcluster_trainer_args": TINY_TRAINER_ARGS + f" --steps-per-epoch {FAULT_STEPS}"}
 HOSTS = [h for h, _, _ in MWMS_SLOTS]
 STALL_TIMEOUT = 30  # tf_job_stall_timeout for the network cut (seconds without progress)
-
-
-def wait_for_epoch(flows: Flows, host: str, job: str, proc_started: Started, *, epochs: int = 1,
-                   timeout: float = 600) -> None:
-    """Wait until ``host`` has finished ``epochs`` epochs (a backup exists) and is training the next one."""
-    proc = proc_started[0]
-
-    def ready() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError("train.yml ended before the fault was injected:\n"
-                                 + proc_started[1].read_text(errors="replace")[-4000:])
-        status = flows.status(host, job)
-        return epoch_of(status) >= epochs and (status or {}).get("state") == "training"
-
-    wait_until(ready, timeout, f"{host} did not finish {epochs} epoch(s) of {job}", interval=1.0)
 
 
 def assert_all_stopped(flows: Flows, job: str, hosts: list[str]) -> None:
@@ -56,10 +33,11 @@ def test_sigkill_worker_restarts_and_resumes_from_backup(flow_lab: Flows) -> Non
     job = flow_lab.job("fault-kill")
     try:
         started = flow_lab.start("train.yml", flow_lab.hosts_file(job, MWMS_SLOTS), job, LONGER)
-        wait_for_epoch(flow_lab, "f-w0", job, started)
-        pids = flow_lab.trainer_pids("f-w0", job)
-        assert pids, "no trainer process on f-w0"
-        flow_lab.lab.ssh("f-w0", f"kill -9 {pids[0]}")
+        flow_lab.wait_for_training("f-w0", job, started)
+        with flow_lab.lab.cpu_limited(SLOW_CPUS):  # the job is still training when the kill lands
+            pids = flow_lab.trainer_pids("f-w0", job)
+            assert pids, "no trainer process on f-w0"
+            flow_lab.lab.ssh("f-w0", f"kill -9 {pids[0]}")
         run = flow_lab.wait(started, timeout=900)
         assert run.returncode == 0, run.describe(120)
         journal = flow_lab.journal("f-w0", job)
@@ -80,8 +58,9 @@ def test_cut_worker_fails_fast_naming_it_then_rerun_resumes(flow_lab: Flows) -> 
     hosts_file = flow_lab.hosts_file(job, MWMS_SLOTS)
     try:
         started = flow_lab.start("train.yml", hosts_file, job, evars)
-        wait_for_epoch(flow_lab, "f-w1", job, started)
-        flow_lab.lab.cut("f-w1")
+        flow_lab.wait_for_training("f-w1", job, started)
+        with flow_lab.lab.cpu_limited(SLOW_CPUS):  # the job is still training when the link goes
+            flow_lab.lab.cut("f-w1")
         cut_at = time.monotonic()
         run = flow_lab.wait(started, timeout=STALL_TIMEOUT + 300)
         failed_after = time.monotonic() - cut_at
@@ -116,15 +95,17 @@ def test_rebooted_worker_fails_the_job_cleanly(flow_lab: Flows) -> None:
     previous poll and reads its vanished unit as lost, whatever the others are doing by then."""
     job = flow_lab.job("fault-reboot")
     try:
-        # More epochs than the other faults: the in-guest reboot took 25-30 s to take the trainer down (measured on
-        # the lab; the trainer itself exits at once on SIGTERM), and the job must still be training when it does.
+        # More epochs than the other faults, and f-w0's peers slowed until the job has failed: the in-guest reboot
+        # took 25-30 s to take the trainer down (measured on the lab; the trainer itself exits at once on SIGTERM),
+        # and the job must still be training when it does. f-w0 itself keeps its speed to reboot as fast as it can.
         started = flow_lab.start("train.yml", flow_lab.hosts_file(job, MWMS_SLOTS), job,
                                  {**LONGER, "tfcluster_epochs": 12})
-        wait_for_epoch(flow_lab, "f-w0", job, started)
+        flow_lab.wait_for_training("f-w0", job, started)
         boots = flow_lab.lab.boots("f-w0")
-        flow_lab.lab.reboot("f-w0", wait=False)
-        rebooted_at = time.monotonic()
-        run = flow_lab.wait(started, timeout=600)
+        with flow_lab.lab.cpu_limited(SLOW_CPUS / 2, ["f-chief", "f-w1"]):
+            flow_lab.lab.reboot("f-w0", wait=False)
+            rebooted_at = time.monotonic()
+            run = flow_lab.wait(started, timeout=600)
         failed_after = time.monotonic() - rebooted_at
         print(f"[flows] reboot f-w0 -> train.yml failed after {failed_after:.1f} s")
         assert run.returncode != 0, run.describe()

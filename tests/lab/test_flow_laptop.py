@@ -17,32 +17,20 @@ import time
 
 import pytest
 
-from lab.flows import MWMS_SLOTS, TINY_TRAINER_ARGS, Flows, Started, epoch_of, wait_until
+from lab.flows import FAULT_STEPS, MWMS_SLOTS, SLOW_CPUS, TINY_TRAINER_ARGS, Flows
 
 pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.slow]
 
 HOSTS = [h for h, _, _ in MWMS_SLOTS]
 OFFLINE = 60  # seconds the control machine is off the network
-# Longer than the plain flows (~5-20 s per epoch on 2 shared cores, 8 epochs): the job still trains after the cut.
+# Epochs of FAULT_STEPS, the cluster slowed (SLOW_CPUS) from the first epoch's end while this machine is away: 7
+# epochs left train for more than the minute offline there (~8 steps a second), then at full speed once it is back.
 LONGER_EPOCHS, REATTACH_EPOCHS = 8, 4
-LONGER = {"tfcluster_trainer_args": TINY_TRAINER_ARGS + " --steps-per-epoch 300", "tfcluster_epochs": LONGER_EPOCHS}
-# Ctrl-C and the re-attach take seconds, not the minute offline: 3 epochs left after the first one are enough (the
-# wait re-attaches to a job that is still training, or to one that just finished: both end "done", collected), and
-# half the training of LONGER on 3 hosts (170 CPU-s on the lab hosts for this test with LONGER, --cpu-report).
+LONGER = {"tfcluster_trainer_args": TINY_TRAINER_ARGS + f" --steps-per-epoch {FAULT_STEPS}",
+          "tfcluster_epochs": LONGER_EPOCHS}
+# Ctrl-C and the re-attach take seconds, not the minute offline: 3 slowed epochs left after the first one (the wait
+# re-attaches to a job that is still training, or to one that just finished: both end "done", collected).
 REATTACH = {**LONGER, "tfcluster_epochs": REATTACH_EPOCHS}
-
-
-def wait_for_training(flows: Flows, job: str, started: Started, timeout: float = 600) -> None:
-    """Until the chief finished an epoch and trains the next one (train.yml's wait is polling by then)."""
-    proc = started[0]
-
-    def ready() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError("train.yml ended early:\n" + started[1].read_text(errors="replace")[-4000:])
-        status = flows.status("f-chief", job)
-        return epoch_of(status) >= 1 and (status or {}).get("state") == "training"
-
-    wait_until(ready, timeout, f"f-chief did not finish an epoch of {job}", interval=1.0)
 
 
 def assert_trained_once(flows: Flows, job: str, epochs: int) -> dict[str, object]:
@@ -63,12 +51,13 @@ def test_the_control_machine_offline_for_a_minute_the_job_finishes_and_is_collec
     hosts_file = flow_lab.hosts_file(job, MWMS_SLOTS)
     try:
         started = flow_lab.start("train.yml", hosts_file, job, LONGER)
-        wait_for_training(flow_lab, job, started)
-        flow_lab.lab.go_offline()
-        time.sleep(OFFLINE)
-        assert started[0].poll() is None, "the wait gave up while this machine was offline:\n" + started[1].read_text(
-            errors="replace")[-4000:]
-        flow_lab.lab.go_online()
+        flow_lab.wait_for_training("f-chief", job, started)
+        with flow_lab.lab.cpu_limited(SLOW_CPUS):  # the job trains on through the minute, slowly
+            flow_lab.lab.go_offline()
+            time.sleep(OFFLINE)
+            assert started[0].poll() is None, "the wait gave up while this machine was offline:\n" + started[
+                1].read_text(errors="replace")[-4000:]
+            flow_lab.lab.go_online()
         run = flow_lab.wait(started, timeout=900)
         assert run.returncode == 0, run.describe(120)
         assert "unreachable from here (" in run.output and ", retrying)" in run.output, run.describe(120)
@@ -87,13 +76,14 @@ def test_an_interrupted_train_is_re_attached_with_wait_and_finishes(flow_lab: Fl
     hosts_file = flow_lab.hosts_file(job, MWMS_SLOTS)
     try:
         started = flow_lab.start("train.yml", hosts_file, job, REATTACH)
-        wait_for_training(flow_lab, job, started)
-        pids = {host: flow_lab.trainer_pids(host, job) for host in HOSTS}
-        os.killpg(started[0].pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
-        interrupted = flow_lab.wait(started, timeout=120)
-        assert interrupted.returncode != 0, interrupted.describe()
-        assert "Every task of the job was stopped" not in interrupted.output, interrupted.describe()
-        assert all(flow_lab.active(host, job) for host in HOSTS), {h: flow_lab.unit_props(h, job) for h in HOSTS}
+        flow_lab.wait_for_training("f-chief", job, started)
+        with flow_lab.lab.cpu_limited(SLOW_CPUS):  # still training after the interrupt
+            pids = {host: flow_lab.trainer_pids(host, job) for host in HOSTS}
+            os.killpg(started[0].pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+            interrupted = flow_lab.wait(started, timeout=120)
+            assert interrupted.returncode != 0, interrupted.describe()
+            assert "Every task of the job was stopped" not in interrupted.output, interrupted.describe()
+            assert all(flow_lab.active(host, job) for host in HOSTS), {h: flow_lab.unit_props(h, job) for h in HOSTS}
         assert not (flow_lab.artifacts(job) / "current").exists()
         run = flow_lab.run("wait.yml", hosts_file, job, REATTACH, timeout=900)
         assert run.returncode == 0, run.describe(120)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab.flows import MWMS_SLOTS, TINY_TRAINER_ARGS, Flows
+from lab.flows import FAULT_STEPS, MWMS_SLOTS, SLOW_CPUS, TINY_TRAINER_ARGS, Flows
 
 # every test of the session's prepared flow lab runs in the one worker that boots it
 pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.slow]
@@ -121,11 +121,14 @@ def test_gpus_declared_on_a_gpu_less_host_fail_in_preflight(flow_lab: Flows) -> 
 def test_the_deadline_ends_the_job_as_timeout_and_a_rerun_resumes(flow_lab: Flows) -> None:
     job = flow_lab.job("job-deadline")
     hosts_file = flow_lab.hosts_file(job, MWMS_SLOTS)
-    # Short epochs (a backup at each end) well inside the deadline even when make test's other stream loads the
-    # cores; more work in all than 60 s can train.
-    longer = {"tfcluster_trainer_args": TINY_TRAINER_ARGS + " --steps-per-epoch 200", "tfcluster_epochs": 12}
+    # Short epochs (a backup at each end) well inside the deadline even when make test's other workers load the
+    # cores; the cluster slowed (SLOW_CPUS) once the first epoch's backup exists: more work in all than 60 s train.
+    longer = {"tfcluster_trainer_args": TINY_TRAINER_ARGS + f" --steps-per-epoch {FAULT_STEPS}", "tfcluster_epochs": 12}
     try:
-        run = flow_lab.run("train.yml", hosts_file, job, {**longer, "tfcluster_max_duration": 60}, timeout=900)
+        started = flow_lab.start("train.yml", hosts_file, job, {**longer, "tfcluster_max_duration": 60})
+        flow_lab.wait_for_training("f-chief", job, started)
+        with flow_lab.lab.cpu_limited(SLOW_CPUS):
+            run = flow_lab.wait(started, timeout=900)
         assert run.returncode != 0, run.describe()
         assert "reached its deadline (MAX_DURATION 60 s" in run.output, run.describe(80)
         props = flow_lab.unit_props("f-chief", job)

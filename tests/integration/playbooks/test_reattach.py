@@ -68,43 +68,45 @@ def start_interrupted_train(cluster: Cluster, job: str, extra: dict) -> str:
     return text
 
 
-def test_an_interrupted_train_keeps_running_and_wait_finishes_and_collects(cluster: Cluster) -> None:
+@pytest.mark.xdist_group("byoslots")  # the prepared slots (conftest.py)
+def test_an_interrupted_train_keeps_running_and_wait_finishes_and_collects(slots: Cluster) -> None:
     extra = byo_vars(LONG)
-    text = start_interrupted_train(cluster, "reattach", extra)
+    text = start_interrupted_train(slots, "reattach", extra)
     assert "Stop every task of the job" not in text and "Every task of the job was stopped" not in text
-    pids = main_pids(cluster, "reattach")
+    pids = main_pids(slots, "reattach")
     assert all(pids.values()) and all(jobspec.pid_alive(pid) for pid in pids.values()), (pids, text[-3000:])
     for host in HOSTS:
-        state = json.loads((cluster.host_dir(host) / "run/tfcluster/reattach/state.json").read_text())
+        state = json.loads((slots.host_dir(host) / "run/tfcluster/reattach/state.json").read_text())
         assert state["state"] == jobspec.RUNNING, (host, state)
-    assert not (cluster.artifacts / "reattach" / "current").exists()  # nothing collected yet: it still trains
+    assert not (slots.artifacts / "reattach" / "current").exists()  # nothing collected yet: it still trains
 
     # `make wait JOB=reattach` alone: that it runs a SCRIPT (which writes no DONE: the role does) comes from the chief
-    proc = cluster.playbook("wait.yml", "reattach", extra_vars=without_script(extra), timeout=300)
+    proc = slots.playbook("wait.yml", "reattach", extra_vars=without_script(extra), timeout=300)
     assert_ok(proc)
     assert "waiting for job reattach:" in proc.stdout and "job reattach: done" in proc.stdout
-    assert all(main_pids(cluster, "reattach")[h] == pids[h] for h in HOSTS)  # the same tasks, never restarted
+    assert all(main_pids(slots, "reattach")[h] == pids[h] for h in HOSTS)  # the same tasks, never restarted
     for host in HOSTS:
-        state = json.loads((cluster.host_dir(host) / "run/tfcluster/reattach/state.json").read_text())
+        state = json.loads((slots.host_dir(host) / "run/tfcluster/reattach/state.json").read_text())
         assert state["state"] == jobspec.SUCCEEDED, (host, state)
-        log = (cluster.host_dir(host) / "var/log/tfcluster/reattach.log").read_text()
+        log = (slots.host_dir(host) / "var/log/tfcluster/reattach.log").read_text()
         assert log.count("byo_job worker") == 1 and "step 40" in log  # one run, to its end
-    home = cluster.artifacts / "reattach" / "current"
+    home = slots.artifacts / "reattach" / "current"
     assert (home / "export/model.txt").read_text() == "weights\n"
     assert (home / contract.MANIFEST).is_file() and (home / contract.DONE).is_file()
 
 
-def test_train_again_adopts_a_running_job(cluster: Cluster) -> None:
+@pytest.mark.xdist_group("byoslots")  # the prepared slots (conftest.py)
+def test_train_again_adopts_a_running_job(slots: Cluster) -> None:
     """A second train.yml of a running job starts nothing new and waits for it; a wait after the end collects at
     once."""
     extra = byo_vars(ADOPT_LONG)
-    start_interrupted_train(cluster, "adopt", extra)
-    pids = main_pids(cluster, "adopt")
-    again = cluster.playbook("train.yml", "adopt", extra_vars=extra, timeout=400)
+    start_interrupted_train(slots, "adopt", extra)
+    pids = main_pids(slots, "adopt")
+    again = slots.playbook("train.yml", "adopt", extra_vars=extra, timeout=400)
     assert_ok(again)
-    assert main_pids(cluster, "adopt") == pids
-    assert (cluster.artifacts / "adopt" / "current" / contract.DONE).is_file()
-    proc = cluster.playbook("wait.yml", "adopt", extra_vars=without_script(extra), timeout=200)
+    assert main_pids(slots, "adopt") == pids
+    assert (slots.artifacts / "adopt" / "current" / contract.DONE).is_file()
+    proc = slots.playbook("wait.yml", "adopt", extra_vars=without_script(extra), timeout=200)
     assert_ok(proc)
     assert "job adopt: done" in proc.stdout
 

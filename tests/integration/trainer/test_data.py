@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pytest
 
+if TYPE_CHECKING:
+    from trainer import data
+
 pytestmark = [pytest.mark.integration]
-
-tf = pytest.importorskip("tensorflow")
-
-from trainer import data  # noqa: E402  (imports TensorFlow)
 
 N, BATCH = 103, 8
 
 
+@pytest.fixture(scope="module")
+def tf() -> ModuleType:
+    """TensorFlow, imported by the worker that runs these tests (at collection every pytest-xdist worker paid ~4 CPU-s
+    for it); trainer.data imports it too."""
+    return pytest.importorskip("tensorflow")
+
+
 def arrays() -> data.Source:
+    from trainer import data
+
     # Every image is filled with its own index, so a batch tells which rows it holds; labels are index % 10.
     x = np.broadcast_to(np.arange(N, dtype=np.uint8)[:, None, None], (N, 28, 28)).copy()
     return data.Source(name="t", x_train=x, y_train=(np.arange(N) % 10).astype(np.uint8), num_train=N)
@@ -28,6 +39,10 @@ def rows(batch: tuple) -> list[int]:
 
 
 def batches(pipelines: int, pipeline: int, *, seed: int = 1, take: int | None = None, repeat: bool = False) -> list:
+    import tensorflow as tf
+
+    from trainer import data
+
     ctx = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipeline,
                                      num_replicas_in_sync=pipelines)
     fn = data.make_dataset_fn(arrays(), BATCH * pipelines, shuffle_buffer=1000, seed=seed, repeat=repeat,
@@ -35,7 +50,7 @@ def batches(pipelines: int, pipeline: int, *, seed: int = 1, take: int | None = 
     return list(fn(ctx))
 
 
-def test_one_epoch_is_a_permutation_of_this_pipelines_shard() -> None:
+def test_one_epoch_is_a_permutation_of_this_pipelines_shard(tf: ModuleType) -> None:
     got = batches(2, 1)
     shard = list(range(1, N, 2))  # DATA sharding: pipeline 1 of 2 takes every other example from index 1
     assert len(got) == len(shard) // BATCH
@@ -45,14 +60,14 @@ def test_one_epoch_is_a_permutation_of_this_pipelines_shard() -> None:
     assert seen != sorted(seen)  # shuffled
 
 
-def test_batches_are_normalised_float_nhwc_with_int_labels() -> None:
+def test_batches_are_normalised_float_nhwc_with_int_labels(tf: ModuleType) -> None:
     images, labels = batches(1, 0, take=1)[0]
     assert images.shape == (BATCH, 28, 28, 1) and images.dtype == tf.float32
     assert labels.dtype == tf.int32
     assert float(tf.reduce_min(images)) >= 0.0 and float(tf.reduce_max(images)) <= 1.0
 
 
-def test_the_seed_fixes_the_order_and_repeat_reshuffles() -> None:
+def test_the_seed_fixes_the_order_and_repeat_reshuffles(tf: ModuleType) -> None:
     first = [rows(b) for b in batches(1, 0, seed=7)]
     assert first == [rows(b) for b in batches(1, 0, seed=7)]
     assert first != [rows(b) for b in batches(1, 0, seed=8)]

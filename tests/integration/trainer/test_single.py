@@ -107,15 +107,20 @@ def test_mirrored_from_s3_exports_a_loadable_model(moto_s3: str, mnist_subset: P
     assert "sha256" in bad.stderr and not (tmp_path / "bad" / "DONE").exists()
 
 
-def test_tfrecord_file_sharding_two_workers(local_cluster: Callable[..., LocalCluster], mnist_subset: Path,
-                                            tmp_path: Path) -> None:
-    shards = tmp_path / "records"
-    shards.mkdir()
+@pytest.fixture(scope="module")
+def shards(mnist_subset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The MNIST subset as 4 TFRecord files, written once (a Python process that imports TensorFlow) for the
+    module's tests."""
+    shards = tmp_path_factory.mktemp("records")
     code = (f"import numpy as np; from trainer.data import write_tfrecords; a = np.load({str(mnist_subset)!r}); "
             f"write_tfrecords(a['x_train'], a['y_train'], {str(shards)!r} + '/train-{{}}.tfrecord', 4)")
-    made = run_python(code, tmp_path)
+    made = run_python(code, shards)
     assert made.returncode == 0, made.stderr[-3000:]
     assert len(list(shards.glob("train-*.tfrecord"))) == 4
+    return shards
+
+
+def test_tfrecord_file_sharding_two_workers(local_cluster: Callable[..., LocalCluster], shards: Path) -> None:
     cluster = local_cluster({"worker": 2}, ["--dataset", "tfrecord", "--data", str(shards / "train-*.tfrecord"),
                                             "--steps-per-epoch", "8", *QUICK])
     cluster.start_all()
@@ -124,12 +129,9 @@ def test_tfrecord_file_sharding_two_workers(local_cluster: Callable[..., LocalCl
     assert metrics["dataset"] == "tfrecord" and metrics["epochs"] == 2 and "test_accuracy" not in metrics
 
 
-def test_tfrecord_needs_a_file_per_worker(local_cluster: Callable[..., LocalCluster], tmp_path: Path,
-                                          mnist_subset: Path) -> None:
-    code = (f"import numpy as np; from trainer.data import write_tfrecords; a = np.load({str(mnist_subset)!r}); "
-            f"write_tfrecords(a['x_train'][:64], a['y_train'][:64], {str(tmp_path)!r} + '/one-{{}}.tfrecord', 1)")
-    assert run_python(code, tmp_path).returncode == 0
-    cluster = local_cluster({"worker": 2}, ["--dataset", "tfrecord", "--data", str(tmp_path / "one-*.tfrecord"),
+def test_tfrecord_needs_a_file_per_worker(local_cluster: Callable[..., LocalCluster], shards: Path) -> None:
+    one = sorted(shards.glob("train-*.tfrecord"))[0]  # one file for two workers
+    cluster = local_cluster({"worker": 2}, ["--dataset", "tfrecord", "--data", str(one),
                                             "--steps-per-epoch", "2", *QUICK])
     cluster.start_all()
     codes = cluster.wait(timeout=120 + START_ALLOWANCE_S)
