@@ -50,16 +50,23 @@ class LabHost:
     gpus: int = 0
     sshd_delay: int = 0
     front_address: str | None = None
+    # systemd-nspawn's machine name (-M), which names the host's links on the outer machine: the host name unless the
+    # lab gives its machines a prefix (two labs with the same host names side by side: make_spec's machine_prefix).
+    machine: str = ""
+
+    @property
+    def machine_name(self) -> str:
+        return self.machine or self.name
 
     @property
     def veth(self) -> str:
         """The outer end of the host's link (created by systemd-nspawn --network-bridge)."""
-        return f"vb-{self.name}"
+        return f"vb-{self.machine_name}"
 
     @property
     def front_veth(self) -> str:
         """The outer end of a bastion's front link (systemd-nspawn --network-veth-extra)."""
-        return f"vf-{self.name}"
+        return f"vf-{self.machine_name}"
 
     @property
     def member(self) -> bool:
@@ -217,9 +224,10 @@ def make_spec(name: str, slots: Sequence[str], subnet: str, *, port: int = DEFAU
               names: Sequence[str] | None = None, bind_ro: Sequence[str] = (), addresses: Sequence[str] | None = None,
               bastion: str | None = None, front_subnet: str | None = None, user: str | None = None,
               user_key: str | None = None, sshd_delay: Mapping[str, int] | None = None,
-              bind: Sequence[str] = ()) -> LabSpec:
+              bind: Sequence[str] = (), machine_prefix: str = "") -> LabSpec:
     """The lab's hosts: slot names (or ``names``) at ``addresses`` (default .11, .12, ... of ``subnet``), and a
-    ``bastion`` host at the top of the subnet with a leg on ``front_subnet``."""
+    ``bastion`` host at the top of the subnet with a leg on ``front_subnet``. ``machine_prefix`` goes before each
+    host's machine name (its links' names), so that labs with the same host names can run side by side."""
     check_name(name, "lab name")
     slots = check_slots(slots)
     subnet = check_subnet(subnet, len(slots))
@@ -232,7 +240,8 @@ def make_spec(name: str, slots: Sequence[str], subnet: str, *, port: int = DEFAU
     addresses = check_addresses(subnet, addresses, len(slots))
     delays = dict(sshd_delay or {})
     hosts = [LabHost(name=check_name(host_name), address=address, task_type=task_type, index=index, port=port,
-                     sshd_delay=delays.pop(host_name, 0))
+                     sshd_delay=delays.pop(host_name, 0),
+                     machine=check_name(machine_prefix + host_name, "machine name") if machine_prefix else "")
              for host_name, address, (_, task_type, index) in zip(names, addresses, per_slot, strict=True)]
     if bastion is not None:
         hosts.append(bastion_host(check_name(bastion), subnet, front_subnet, addresses, port=port,

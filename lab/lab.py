@@ -65,7 +65,7 @@ class Lab(Access):
                  bind_ro: Sequence[str] = (), lab_dir: Path | None = None, boot_timeout: float = BOOT_TIMEOUT,
                  addresses: Sequence[str] | None = None, bastion: str | None = None, user: str | None = None,
                  user_key: str | None = None, sshd_delay: Mapping[str, int] | None = None,
-                 layers: Sequence[Path] = (), bind: Sequence[str] = ()) -> None:
+                 layers: Sequence[Path] = (), bind: Sequence[str] = (), machine_prefix: str = "") -> None:
         self.paths = LabPaths(lab_dir or default_lab_dir(), check_name(name, "lab name"))
         self._slots = tuple(slots)
         self._names = tuple(names) if names is not None else None
@@ -77,6 +77,7 @@ class Lab(Access):
         self._cloud = {"addresses": addresses, "bastion": bastion, "user": user, "user_key": user_key,
                        "sshd_delay": dict(sshd_delay or {})}
         self._layers = tuple(layers)  # prepared layers stacked over the rootfs (lab/layers.py), top first
+        self._machine_prefix = machine_prefix  # before each host's machine name (its links): config.make_spec
         self.boot_timeout = boot_timeout
         self.spec: LabSpec | None = None
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -147,7 +148,7 @@ class Lab(Access):
         front = pick_subnet([*used, subnet]) if self._cloud["bastion"] else None
         return make_spec(self.paths.lab, self._slots, subnet, port=self._port, names=self._names,
                          bind_ro=self._bind_ro, bind=self._bind, front_subnet=front,
-                         **self._cloud)  # type: ignore[arg-type]
+                         machine_prefix=self._machine_prefix, **self._cloud)  # type: ignore[arg-type]
 
     def down(self) -> None:
         """Stop every host, unmount, remove cgroups, the bridge and the lab's state. Safe to call again."""

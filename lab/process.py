@@ -50,7 +50,7 @@ done
 def nspawn_argv(paths: LabPaths, spec: LabSpec, host: LabHost) -> list[str]:
     argv = ["systemd-nspawn", "--quiet", "--boot", "--register=no", "--keep-unit",
             f"--network-bridge={spec.bridge}", "--resolv-conf=delete", "--link-journal=no",
-            "--console=read-only", "-D", str(paths.merged(host.name)), "-M", host.name]
+            "--console=read-only", "-D", str(paths.merged(host.name)), "-M", host.machine_name]
     argv += [f"--bind-ro={path}" for path in spec.bind_ro]
     argv += [f"--bind={entry}" for entry in spec.bind]
     if host.front_address is not None:

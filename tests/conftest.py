@@ -28,11 +28,13 @@ def venv_bin() -> Path:
 # `make test` runs pytest-xdist with --dist loadgroup: tests carrying xdist_group("NAME") all run, in order, in the one
 # worker that takes the group; the rest are spread over every worker. A lab module boots labs with fixed names and a
 # module- or session-scoped lab fixture (two workers would boot the same lab twice), so each lab module names its
-# group; every user of a shared session fixture is in that fixture's group, so that one worker builds it once.
-FLOW_GROUP = "flowlab"
-SHARED_FIXTURES: dict[str, tuple[str, str]] = {  # fixture: (its group, what it is)
-    "flow_lab": (FLOW_GROUP, "the flow lab"),
-    "prepared_slots": ("byoslots", "the prepared local slots"),
+# group; every user of a shared session fixture is in one of that fixture's groups, so that the worker of a group
+# builds it once for all of the group. The flow tests are two groups (their chains run side by side), on a flow lab
+# each (tests/lab/conftest.py).
+FLOW_GROUPS = ("flowlab", "flowlab2")
+SHARED_FIXTURES: dict[str, tuple[tuple[str, ...], str]] = {  # fixture: (its groups, what it is)
+    "flow_lab": (FLOW_GROUPS, "the flow lab"),
+    "prepared_slots": (("byoslots",), "the prepared local slots"),
 }
 
 
@@ -48,9 +50,10 @@ def group_problems(items: list[pytest.Item], root: Path) -> list[str]:
         where = Path(str(item.path)).resolve()
         group = _group(item)
         wrong = [(want, what) for name, (want, what) in SHARED_FIXTURES.items()
-                 if name in getattr(item, "fixturenames", ()) and group != want]
+                 if name in getattr(item, "fixturenames", ()) and group not in want]
         if wrong:
-            problems += [f"{item.nodeid}: uses {what} but is not marked xdist_group({want!r})" for want, what in wrong]
+            problems += [f"{item.nodeid}: uses {what} but is not marked xdist_group() with one of {', '.join(want)}"
+                         for want, what in wrong]
         elif where.is_relative_to(root / "tests" / "lab") and group is None:
             problems.append(f"{item.nodeid}: a lab test without an xdist_group mark (its labs have fixed names)")
     return problems

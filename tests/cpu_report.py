@@ -70,9 +70,14 @@ def descends_from(pid: int, ancestor: int) -> bool:
 
 
 def lab_pids(lab: Path) -> list[int]:
-    """The processes of a lab's hosts' top cgroups (each host's supervisor)."""
-    pids = []
-    for host in (d for d in lab.iterdir() if d.is_dir()) if lab.is_dir() else ():
+    """The processes of a lab's hosts' top cgroups (each host's supervisor); none once the lab is gone (a lab going
+    down while it is read: seen with six workers)."""
+    try:
+        hosts = [d for d in lab.iterdir() if d.is_dir()]
+    except OSError:
+        return []
+    pids: list[int] = []
+    for host in hosts:
         with suppress(OSError, ValueError):
             pids += [int(p) for p in (host / "cgroup.procs").read_text().split()]
     return pids

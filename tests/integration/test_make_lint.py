@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-# make, the Terraform roots of the checkout: one at a time
-pytestmark = [pytest.mark.xdist_group("checkout"), pytest.mark.integration, pytest.mark.slow]
+# Reads the checkout (ruff, ansible-lint, terraform fmt, checkov) and writes only ansible-test's scratch dir: beside
+# any other test.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_make_lint_passes(repo: Path) -> None:

@@ -59,13 +59,21 @@ def lab3(request: pytest.FixtureRequest) -> Iterator[Lab]:
 
 
 
+def flow_lab_name(worker: str) -> tuple[str, str]:
+    """The flow lab of a pytest-xdist worker (``gw3``), and its machines' prefix: each worker that takes one of the
+    FLOW_GROUPS boots its own, with the same host names (the tests name them) on links of their own."""
+    if not worker:
+        return FLOW_LAB, ""
+    return f"{FLOW_LAB}-{worker}", worker
+
+
 @pytest.fixture(scope="session")
 def flow_lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flows]:
-    """The prepared flow lab, once per session: 4 hosts (f-chief, f-w0, f-w1, f-ps) on the runtime layer
+    """The prepared flow lab, once per session and worker: 4 hosts (f-chief, f-w0, f-w1, f-ps) on the runtime layer
     (TensorFlow installed once from the wheelhouse by the python_runtime role: lab/layers.py), and site.yml run over
-    SSH on all of them (driver role skips, the runtime found in place, trainer deployed). Every flow test reuses it;
-    each writes its own host file and job id. ``flows.prepare_run`` is that first site.yml run (the on-prem flow
-    asserts on it)."""
+    SSH on all of them (driver role skips, the runtime found in place, trainer deployed). Every flow test of the
+    worker's group reuses it; each writes its own host file and job id. ``flows.prepare_run`` is that first site.yml
+    run (the on-prem flow asserts on it)."""
     build(dest=DEFAULT_DEST)
     layer = runtime_layer(DEFAULT_DEST)  # the runtime installed once (lab/layers.py); the fresh install has its test
     slots = ("chief", "worker", "worker", "ps")
@@ -75,7 +83,8 @@ def flow_lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         except LabError:
             lab = Lab(slots=slots, name=FLOW_LAB, names=FLOW_NAMES, layers=(layer,)).start()
     else:
-        lab = _start(request, slots=slots, name=FLOW_LAB, names=FLOW_NAMES, layers=(layer,))
+        name, prefix = flow_lab_name(os.environ.get("PYTEST_XDIST_WORKER", ""))
+        lab = _start(request, slots=slots, name=name, names=FLOW_NAMES, layers=(layer,), machine_prefix=prefix)
     lab.weigh_cpu(FLOW_CPU_WEIGHT)
     flows = Flows(lab, tmp_path_factory.mktemp("flows"), DEFAULT_DEST, common_vars=dict(FLOW_VARS))
     flows.prepare_run = flows.run("site.yml", flows.hosts_file("prepare-all", PS_SLOTS), job="prepare",

@@ -21,13 +21,14 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lab.access import port_open
+from lab.flows import SLOW_CPUS
 from lab.layers import runtime_layer
 from lab.twin import AMI, CLUSTER, REGION, Twin, lab_name
 from tests.infra_tree import copy_infra
@@ -123,23 +124,30 @@ while True:
 """
 
 
-def _watch_first_step(twin: Twin, job: str, chief: str, stop: threading.Event, t0: float) -> None:
-    """Record the seconds from `make train` to the chief's first training step (its status.json)."""
+def _first_step(twin: Twin, job: str, chief: str, stop: Callable[[], bool]) -> bool:
+    """Block until the chief's first training step (its status.json): True, or False once ``stop()`` holds."""
+    assert twin.lab is not None
     command = f"python3 -c {shlex.quote(FIRST_STEP)} /var/lib/tfcluster/{job}/status.json"
-    while not stop.is_set():
+    while not stop():
         proc = subprocess.Popen(twin.lab.ssh_argv(chief, command), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            while proc.poll() is None and not stop.is_set():
+            while proc.poll() is None and not stop():
                 time.sleep(0.2)
         finally:
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait(timeout=30)
         if proc.returncode == 0:
-            FIGURES.setdefault(f"first_step_s[{job}]", round(time.monotonic() - t0, 1))
-            return
-        stop.wait(2.0)  # the connection ended early (the host was busy or away): once more
+            return True
+        time.sleep(2.0)  # the connection ended early (the host was busy or away): once more
+    return False
+
+
+def _watch_first_step(twin: Twin, job: str, chief: str, stop: threading.Event, t0: float) -> None:
+    """Record the seconds from `make train` to the chief's first training step."""
+    if _first_step(twin, job, chief, stop.is_set):
+        FIGURES.setdefault(f"first_step_s[{job}]", round(time.monotonic() - t0, 1))
 
 
 def _train(twin: Twin, job: str, steps_per_epoch: int | None = None) -> Any:
@@ -281,8 +289,15 @@ def test_make_start_after_an_autostop_stop_and_make_train_resumes_the_job(twin: 
     _ok(run)
     assert "started 2 instance(s)" in run.output, run.tail(20)
     twin.power_on(instances)  # the hypervisor boots them: same disks, same host keys, no keys on the console
-    # A deadline before the end: every task saves a backup and stops (exit 3), the run fails as `timeout`.
-    first = twin.make("train", JOB=job, **{**TRAIN_VARS, "EPOCHS": "8", "MAX_DURATION": "45s"})
+    # A deadline before the end: every task saves a backup and stops (exit 3), the run fails as `timeout`. The
+    # instances are slowed (SLOW_CPUS) from the first step to the deadline: it must land mid-run, and what they would
+    # train meanwhile at full speed is never read.
+    started = twin.make_async("train", JOB=job, **{**TRAIN_VARS, "EPOCHS": "8", "MAX_DURATION": "45s"})
+    if _first_step(twin, job, "tw-worker-0", lambda: started[0].poll() is not None):
+        with twin.lab.cpu_limited(SLOW_CPUS):
+            first = twin.wait(started)
+    else:
+        first = twin.wait(started)
     assert first.returncode != 0 and "timeout" in first.output, first.tail(40)
     # The prepare took the boot guard over: the role's checker, the guard's settings (IDLE=2), one timer.
     status = _status(twin, "tw-worker-0")

@@ -18,7 +18,7 @@ import pytest
 from lab.flows import MWMS_SLOTS, PS_SLOTS, TRAIN_PORT, Flows, render_hosts_file, wait_until
 from tfcluster.core.files import verify_dir
 
-# every test of the session's prepared flow lab runs in the one worker that boots it
+# one of the two flow groups: its tests run in the one worker that boots its flow lab (tests/conftest.py)
 pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.slow]
 
 CHIEF = "f-chief"

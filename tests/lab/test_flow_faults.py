@@ -14,7 +14,7 @@ import pytest
 
 from lab.flows import FAULT_STEPS, MWMS_SLOTS, SLOW_CPUS, TINY_TRAINER_ARGS, Flows, wait_until
 
-# every test of the session's prepared flow lab runs in the one worker that boots it
+# one of the two flow groups: its tests run in the one worker that boots its flow lab (tests/conftest.py)
 pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.slow]
 
 # Epochs of FAULT_STEPS: after the first epoch's backup, the cluster is slowed until the fault has landed.

@@ -19,7 +19,7 @@ import pytest
 
 from lab.flows import FAULT_STEPS, MWMS_SLOTS, SLOW_CPUS, TINY_TRAINER_ARGS, Flows
 
-pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("flowlab2"), pytest.mark.lab, pytest.mark.slow]
 
 HOSTS = [h for h, _, _ in MWMS_SLOTS]
 OFFLINE = 60  # seconds the control machine is off the network

@@ -13,8 +13,8 @@ import pytest
 
 from lab.flows import FLOW_NAMES, MWMS_SLOTS, TRAIN_PORT, Flows
 
-# every test of the session's prepared flow lab runs in the one worker that boots it
-pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.slow]
+# one of the two flow groups: its tests run in the one worker that boots its flow lab (tests/conftest.py)
+pytestmark = [pytest.mark.xdist_group("flowlab2"), pytest.mark.lab, pytest.mark.slow]
 
 
 @pytest.mark.timeout(1800)

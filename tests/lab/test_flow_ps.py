@@ -13,7 +13,7 @@ import pytest
 from lab.flows import PS_SLOTS, Flows
 from tfcluster.core.files import verify_dir
 
-# every test of the session's prepared flow lab runs in the one worker that boots it
+# one of the two flow groups: its tests run in the one worker that boots its flow lab (tests/conftest.py)
 pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.slow]
 
 

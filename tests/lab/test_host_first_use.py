@@ -25,7 +25,7 @@ from tfcluster.core.contract import JOB_HOME_ENV
 from tfcluster.core.files import sha256_file
 from tfcluster.host.jobhome import KERAS_DATASETS
 
-pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("flowlab2"), pytest.mark.lab, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "first_use_probe.py"

@@ -21,8 +21,8 @@ import yaml
 
 from lab.flows import FAULT_STEPS, MWMS_SLOTS, SLOW_CPUS, TINY_TRAINER_ARGS, Flows
 
-# every test of the session's prepared flow lab runs in the one worker that boots it
-pytestmark = [pytest.mark.xdist_group("flowlab"), pytest.mark.lab, pytest.mark.slow]
+# one of the two flow groups: its tests run in the one worker that boots its flow lab (tests/conftest.py)
+pytestmark = [pytest.mark.xdist_group("flowlab2"), pytest.mark.lab, pytest.mark.slow]
 
 HOSTS = [h for h, _, _ in MWMS_SLOTS]
 BYO = Path(__file__).resolve().parents[1] / "integration/playbooks/byo_job.py"  # the local-slot tests' script

@@ -191,9 +191,7 @@ def training(slurm_lab: SlurmLab, name: str, slot: str, step: int = 3) -> bool:
     return status.get("state") == "training" and int(status.get("step") or 0) >= step
 
 
-# Long enough to be killed or requeued mid-run, at the trainer's own --steps-per-execution (a status step every 50
-# steps; one step per call cost these jobs about twice the CPU per step).
-LONG = "--dataset synthetic --synthetic-examples 65536 --batch-size-per-replica 16 " \
+LONG = "--dataset synthetic --synthetic-examples 65536 --batch-size-per-replica 16 --steps-per-execution 1 " \
        "--no-evaluate --no-tensorboard --status-interval 1"
 
 

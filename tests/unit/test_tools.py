@@ -31,7 +31,7 @@ def test_a_change_selects_the_tests_of_its_folders(files: list[str], paths: list
 
 def test_a_lab_test_without_a_group_or_a_flow_test_outside_flowlab_is_refused(tmp_path: Path) -> None:
     """The guard of tests/conftest.py, on fake items: the mark on the test is the rule, checked at collection."""
-    from tests.conftest import FLOW_GROUP, group_problems
+    from tests.conftest import FLOW_GROUPS, group_problems
 
     class Item:
         def __init__(self, path: Path, group: str | None, fixtures: tuple[str, ...] = ()) -> None:
@@ -43,11 +43,11 @@ def test_a_lab_test_without_a_group_or_a_flow_test_outside_flowlab_is_refused(tm
     lab = tmp_path / "tests" / "lab"
     playbooks = tmp_path / "tests" / "integration" / "playbooks"
     items = [Item(lab / "test_a.py", None), Item(lab / "test_b.py", "b"),
-             Item(lab / "test_c.py", "c", ("flow_lab",)), Item(lab / "test_d.py", FLOW_GROUP, ("flow_lab",)),
+             Item(lab / "test_c.py", "c", ("flow_lab",)), Item(lab / "test_d.py", FLOW_GROUPS[1], ("flow_lab",)),
              Item(tmp_path / "tests" / "unit" / "test_e.py", None),
              Item(playbooks / "test_f.py", None, ("prepared_slots",)), Item(playbooks / "test_g.py", "byoslots",
                                                                            ("prepared_slots",))]
     assert group_problems(items, tmp_path) == [  # type: ignore[arg-type]
         "test_a.py::t: a lab test without an xdist_group mark (its labs have fixed names)",
-        "test_c.py::t: uses the flow lab but is not marked xdist_group('flowlab')",
-        "test_f.py::t: uses the prepared local slots but is not marked xdist_group('byoslots')"]
+        "test_c.py::t: uses the flow lab but is not marked xdist_group() with one of flowlab, flowlab2",
+        "test_f.py::t: uses the prepared local slots but is not marked xdist_group() with one of byoslots"]

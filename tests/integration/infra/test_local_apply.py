@@ -23,8 +23,8 @@ from tfcluster import kinds
 from tfcluster.core.contract import TAG_KEYS
 from tfcluster.provision import localaws
 
-# make, the Terraform roots of the checkout: one at a time
-pytestmark = [pytest.mark.xdist_group("checkout"), pytest.mark.integration, pytest.mark.slow]
+# Its own copy of infra/ (infra_copy), its own emulated endpoint and cluster name: beside any other test.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 EXPIRES = "2030-01-31T18:00:00Z"
 
 

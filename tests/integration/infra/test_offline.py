@@ -19,8 +19,8 @@ from tests.integration.infra.conftest import run_tf
 from tfcluster.core.files import sha256_file
 from tfcluster.provision import terraform as terraform_toolchain
 
-# make, the Terraform roots of the checkout: one at a time
-pytestmark = [pytest.mark.xdist_group("checkout"), pytest.mark.integration]
+# Each worker inits and tests its own copy of infra/ (infra_copy); fmt and checkov read the checkout's.
+pytestmark = [pytest.mark.integration]
 
 
 def test_fmt_check_recursive(repo: Path, terraform) -> None:

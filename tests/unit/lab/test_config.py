@@ -105,6 +105,17 @@ def test_spec_addresses_and_names() -> None:
     assert LabSpec.from_json(spec.to_json()) == spec
 
 
+def test_a_machine_prefix_names_the_links_and_keeps_the_host_names() -> None:
+    """Two labs with the same host names side by side (the flow labs): their machines, so their links, differ."""
+    spec = make_spec("flow-gw3", ("chief", "worker"), "10.9.8.0/24", names=["f-chief", "f-w0"], machine_prefix="gw3")
+    assert [(h.name, h.machine_name, h.veth) for h in spec.hosts] == [("f-chief", "gw3f-chief", "vb-gw3f-chief"),
+                                                                       ("f-w0", "gw3f-w0", "vb-gw3f-w0")]
+    assert LabSpec.from_json(spec.to_json()) == spec
+    assert make_spec("x", ("chief",), "10.9.8.0/24", names=["f-chief"]).hosts[0].veth == "vb-f-chief"
+    with pytest.raises(LabError, match="machine name 'gw3abcdefghijk' is not valid"):
+        make_spec("x", ("chief",), "10.9.8.0/24", names=["abcdefghijk"], machine_prefix="gw3")
+
+
 def test_spec_with_names_and_binds() -> None:
     spec = make_spec("x", ("chief", "worker"), "10.9.8.0/24", names=["gpu-a", "gpu-b"], port=2222,
                      bind_ro=["/work/main/.venv"])
