@@ -200,6 +200,7 @@ wheelhouse: setup ## Build the air-gapped wheelhouse for on-prem hosts from the 
 bench: setup ## Benchmarks (print ratios measured in one run)
 	$(PY) -m bench.inventory_build
 	$(PY) -m bench.train_throughput
+	$(PY) -m bench.malloc_pad
 	$(PY) -m bench.scaling
 
 ##@ Lab of real hosts (root: systemd-nspawn hosts on a private bridge; docs/lab.md)

@@ -85,7 +85,7 @@ class Access:
         # ssh accepts either key while sshd restarts; then only the new one is known
         with open(self.paths.known_hosts, "a") as handle:
             handle.write(render_known_hosts([(host, new)]))
-        self.ssh(name, "systemctl restart ssh.service", timeout=30)
+        self.ssh(name, "systemctl restart ssh.service", timeout=120)  # 30 s ran out on a loaded 2-core machine
         self._write_control_files(self.isolated)
         log.info("host %s: host key %s replaced by %s", name, old.split()[1][-12:], new.split()[1][-12:])
         return new

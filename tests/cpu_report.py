@@ -218,6 +218,7 @@ class CpuReport:
         base = unified_base()
         worker = getattr(config, "workerinput", None)
         self.summarizes = worker is None
+        self.worker = str((worker or {}).get("workerid", "main"))
         if self.summarizes and base:
             prune_runs(base / TEST_TOP)
         self.meter: Meter | None = None
@@ -230,7 +231,7 @@ class CpuReport:
         self.whole = self.meter.sampler if self.meter else (LabSampler(base) if base else None)
         if self.whole:
             self.whole.start()
-        self.began = (time.monotonic(), busy_cpu_s())
+        self.began = (time.time(), busy_cpu_s())
 
     def pytest_unconfigure(self) -> None:
         if self.whole:
@@ -243,7 +244,7 @@ class CpuReport:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if self.meter:
-            self.starts[item.nodeid] = (time.monotonic(), *self.meter.snapshot())
+            self.starts[item.nodeid] = (time.time(), *self.meter.snapshot())
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -251,7 +252,8 @@ class CpuReport:
         start = self.starts.pop(item.nodeid, None) if report.when == "teardown" else None
         if self.meter and start:
             report.user_properties.append(
-                (PROPERTY, {**self.meter.delta(start[1:]), "wall": round(time.monotonic() - start[0], 1)}))
+                (PROPERTY, {**self.meter.delta(start[1:]), "wall": round(time.time() - start[0], 1), "at": start[0],
+                            "worker": self.worker}))
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -264,7 +266,10 @@ class CpuReport:
         labs = self.whole.sample() if self.whole else {}
         terminalreporter.write_sep("=", "CPU per test (--cpu-report)")
         for line in summary_lines(self.records, labs, busy_cpu_s() - self.began[1],
-                                  time.monotonic() - self.began[0], self.top):
+                                  time.time() - self.began[0], self.top):
+            terminalreporter.write_line(line)
+        terminalreporter.write_sep("=", "groups on the clock (--cpu-report)")
+        for line in group_lines(self.records, self.began[0]):
             terminalreporter.write_line(line)
 
 
@@ -282,4 +287,22 @@ def summary_lines(records: list[Record], labs: dict[str, float], busy: float, wa
     lines += ["", f"{len(records)} tests: {here:.0f} CPU-s here + {on_labs:.0f} CPU-s on lab hosts = "
               f"{here + on_labs:.0f} CPU-s; the machine was busy {busy:.0f} CPU-s in {wall:.0f} s of wall "
               f"({os.cpu_count()} cores)"]
+    return lines
+
+
+def group_lines(records: list[Record], began: float) -> list[str]:
+    """When each xdist group (and each worker's ungrouped tests) ran: its worker, first start and last end in
+    seconds from the session's start, its tests and their summed wall. The longest chain bounds the run."""
+    spans: dict[tuple[str, str], list[float]] = {}
+    for nodeid, r in records:
+        if "at" not in r:
+            continue
+        key = (nodeid.rpartition("@")[2] if "@" in nodeid else "(ungrouped)", str(r.get("worker", "?")))
+        span = spans.setdefault(key, [r["at"], r["at"] + r["wall"], 0, 0.0])
+        span[0], span[1] = min(span[0], r["at"]), max(span[1], r["at"] + r["wall"])
+        span[2] += 1
+        span[3] += r["wall"]
+    lines = [f"{'start':>7} {'end':>7} {'tests':>5} {'wall-s':>8}  worker group"]
+    lines += [f"{first - began:7.0f} {last - began:7.0f} {count:5.0f} {wall:8.0f}  {worker} {group}"
+              for (group, worker), (first, last, count, wall) in sorted(spans.items(), key=lambda kv: kv[1][0])]
     return lines

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcluster.core import contract, files
-from trainer import artifacts, devices, stop
+from trainer import artifacts, devices, memory, stop
 from trainer.config import ConfigError, Invocation, parse_invocation
 from trainer.timeline import Timeline
 
@@ -81,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     status.update(force=True, state="starting", strategy=inv.strategy, collective=inv.collective)
     request = stop.StopRequest()
     stop.watch_sigterm(request, lambda: _exit_now(status, request))  # before any other thread exists
+    try:
+        pad = memory.keep_freed_memory(os.environ)  # before TensorFlow allocates (trainer/memory.py)
+    except memory.PadError as exc:
+        return _bad_input(str(exc), status)
+    LOG.debug("malloc top pad: %d bytes", pad)
     timeline.mark("imports")
     loading = None if inv.serves_only else _load_in_background(inv)  # while TensorFlow is imported
     select_legacy_keras()

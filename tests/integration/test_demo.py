@@ -48,6 +48,7 @@ def demo_env(repo: Path, tmp_path: Path) -> Iterator[tuple[list[str], dict[str, 
     shutil.rmtree(repo / ".cache" / "local" / name, ignore_errors=True)
 
 
+@pytest.mark.timeout(2400)  # its own steps' limits below add up past the suite's 900 s on a loaded 2-core machine
 def test_make_demo_trains_collects_verifies_and_destroys(repo: Path, demo_env: tuple[list[str], dict[str, str], str]
                                                          ) -> None:
     make_vars, env, name = demo_env

@@ -79,6 +79,17 @@ def test_the_summary_ranks_tests_by_their_whole_cpu_and_sums_every_lab() -> None
     assert lines[-1].startswith("3 tests: 13 CPU-s here + 28 CPU-s on lab hosts = 41 CPU-s; the machine was busy 50")
 
 
+def test_the_clock_shows_each_group_on_its_worker_from_its_first_start_to_its_last_end() -> None:
+    def record(nodeid: str, worker: str, at: float, wall: float) -> tuple[str, dict[str, object]]:
+        return nodeid, {"here": 1.0, "labs": {}, "cgroup": True, "wall": wall, "at": at, "worker": worker}
+    records = [record("a::one@flow", "gw1", 1010.0, 20.0), record("a::two@flow", "gw1", 1030.0, 50.0),
+               record("b::solo", "gw0", 1005.0, 3.0), record("b::next", "gw0", 1100.0, 4.0)]
+    lines = cpu_report.group_lines(records, began=1000.0)
+    assert [line.split() for line in lines[1:]] == [["5", "104", "2", "7", "gw0", "(ungrouped)"],
+                                                         ["10", "80", "2", "70", "gw1", "flow"]]
+    assert lines[0].split()[-2:] == ["worker", "group"]
+
+
 def test_the_option_prints_the_table_in_a_real_run(tmp_path: Path) -> None:
     spend = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5:\n    pass\n"
     (tmp_path / "test_x.py").write_text(f"import subprocess, sys\n\ndef test_spends():\n"
@@ -92,6 +103,8 @@ def test_the_option_prints_the_table_in_a_real_run(tmp_path: Path) -> None:
     row = next(line for line in proc.stdout.splitlines() if "test_x.py::test_spends" in line)
     assert float(row.split()[1]) >= 0.5, row  # the child's 0.5 s of CPU, counted here
     assert "1 tests:" in proc.stdout
+    assert "groups on the clock (--cpu-report)" in proc.stdout
+    assert any(line.split()[-2:] == ["main", "(ungrouped)"] for line in proc.stdout.splitlines()), proc.stdout
 
 
 @pytest.mark.parametrize("option", ["", "--cpu-report 0"])

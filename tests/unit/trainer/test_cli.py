@@ -192,6 +192,14 @@ def test_strategy_tpu_without_a_tpu_exits_2_before_tensorflow(tmp_path: Path) ->
     assert "no TPU device (/dev/accel* or /dev/vfio/[0-9]*)" in result.stderr and "Fix: " in result.stderr
 
 
+def test_a_malloc_pad_that_is_not_bytes_exits_2_before_tensorflow(tmp_path: Path) -> None:
+    result = _run(["--model-dir", str(tmp_path / "m"), "--dataset", "synthetic"],
+                  {"TFCLUSTER_MALLOC_TOP_PAD": "64M", "PYTHONPATH": str(REPO)}, tmp_path)
+    assert result.returncode == 2 and "TF_NOT_IMPORTED" in result.stdout, result.stderr
+    assert "TFCLUSTER_MALLOC_TOP_PAD='64M' is not a number of bytes. Fix:" in result.stderr
+    assert json.loads((tmp_path / "m" / "status.json").read_text())["state"] == "failed"
+
+
 def test_help_exits_0() -> None:
     result = subprocess.run([sys.executable, "-m", "trainer", "--help"], cwd=REPO, capture_output=True, text=True,
                             timeout=60, check=False)
