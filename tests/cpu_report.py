@@ -253,7 +253,7 @@ class CpuReport:
         if self.meter and start:
             report.user_properties.append(
                 (PROPERTY, {**self.meter.delta(start[1:]), "wall": round(time.time() - start[0], 1), "at": start[0],
-                            "worker": self.worker}))
+                            "worker": self.worker, "group": _group_of(item)}))
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -290,14 +290,20 @@ def summary_lines(records: list[Record], labs: dict[str, float], busy: float, wa
     return lines
 
 
+def _group_of(item: pytest.Item) -> str | None:
+    """The test's xdist_group (its node id's ``@`` suffix cannot say: parameter ids may hold an ``@`` too)."""
+    mark = item.get_closest_marker("xdist_group")
+    return str(mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
+
+
 def group_lines(records: list[Record], began: float) -> list[str]:
     """When each xdist group (and each worker's ungrouped tests) ran: its worker, first start and last end in
     seconds from the session's start, its tests and their summed wall. The longest chain bounds the run."""
     spans: dict[tuple[str, str], list[float]] = {}
-    for nodeid, r in records:
+    for _nodeid, r in records:
         if "at" not in r:
             continue
-        key = (nodeid.rpartition("@")[2] if "@" in nodeid else "(ungrouped)", str(r.get("worker", "?")))
+        key = (str(r.get("group") or "(ungrouped)"), str(r.get("worker", "?")))
         span = spans.setdefault(key, [r["at"], r["at"] + r["wall"], 0, 0.0])
         span[0], span[1] = min(span[0], r["at"]), max(span[1], r["at"] + r["wall"])
         span[2] += 1

@@ -81,9 +81,11 @@ def test_the_summary_ranks_tests_by_their_whole_cpu_and_sums_every_lab() -> None
 
 def test_the_clock_shows_each_group_on_its_worker_from_its_first_start_to_its_last_end() -> None:
     def record(nodeid: str, worker: str, at: float, wall: float) -> tuple[str, dict[str, object]]:
-        return nodeid, {"here": 1.0, "labs": {}, "cgroup": True, "wall": wall, "at": at, "worker": worker}
+        group = nodeid.rpartition("@")[2] if nodeid.endswith("@flow") else None
+        return nodeid, {"here": 1.0, "labs": {}, "cgroup": True, "wall": wall, "at": at, "worker": worker,
+                        "group": group}
     records = [record("a::one@flow", "gw1", 1010.0, 20.0), record("a::two@flow", "gw1", 1030.0, 50.0),
-               record("b::solo", "gw0", 1005.0, 3.0), record("b::next", "gw0", 1100.0, 4.0)]
+               record("b::solo", "gw0", 1005.0, 3.0), record("b::id[user@host]", "gw0", 1100.0, 4.0)]
     lines = cpu_report.group_lines(records, began=1000.0)
     assert [line.split() for line in lines[1:]] == [["5", "104", "2", "7", "gw0", "(ungrouped)"],
                                                          ["10", "80", "2", "70", "gw1", "flow"]]
