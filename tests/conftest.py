@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from tests.xdist_groups import group_of
+
 REPO = Path(__file__).resolve().parent.parent
 
 pytest_plugins = ["tests.cpu_report"]  # --cpu-report N: where the CPU goes, per test and per lab
@@ -38,17 +40,12 @@ SHARED_FIXTURES: dict[str, tuple[tuple[str, ...], str]] = {  # fixture: (its gro
 }
 
 
-def _group(item: pytest.Item) -> str | None:
-    mark = item.get_closest_marker("xdist_group")
-    return str(mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
-
-
 def group_problems(items: list[pytest.Item], root: Path) -> list[str]:
     """Every test of tests/lab/ in a group, and every user of a shared fixture (SHARED_FIXTURES) in its group."""
     problems = []
     for item in items:
         where = Path(str(item.path)).resolve()
-        group = _group(item)
+        group = group_of(item)
         wrong = [(want, what) for name, (want, what) in SHARED_FIXTURES.items()
                  if name in getattr(item, "fixturenames", ()) and group not in want]
         if wrong:
@@ -62,7 +59,7 @@ def group_problems(items: list[pytest.Item], root: Path) -> list[str]:
 def ungrouped(items: list[pytest.Item]) -> list[str]:
     """Under --dist loadgroup, the grouped tests whose node id pytest-xdist did not suffix with ``@GROUP``: xdist
     schedules by that suffix, so without it the groups' tests would run side by side (pytest 9.2 with xdist 3.8)."""
-    return [item.nodeid for item in items if _group(item) and "@" not in item.nodeid]
+    return [item.nodeid for item in items if group_of(item) and "@" not in item.nodeid]
 
 
 LOST_GROUPS = ("pytest-xdist's --dist loadgroup did not take the xdist_group marks ({first} and {more} more have no "

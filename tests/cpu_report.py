@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from lab import system
+from tests.xdist_groups import group_of
 
 TEST_TOP = "tfcluster-test"
 SAMPLE_S = 1.0
@@ -253,7 +254,7 @@ class CpuReport:
         if self.meter and start:
             report.user_properties.append(
                 (PROPERTY, {**self.meter.delta(start[1:]), "wall": round(time.time() - start[0], 1), "at": start[0],
-                            "worker": self.worker, "group": _group_of(item)}))
+                            "worker": self.worker, "group": group_of(item)}))
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -288,12 +289,6 @@ def summary_lines(records: list[Record], labs: dict[str, float], busy: float, wa
               f"{here + on_labs:.0f} CPU-s; the machine was busy {busy:.0f} CPU-s in {wall:.0f} s of wall "
               f"({os.cpu_count()} cores)"]
     return lines
-
-
-def _group_of(item: pytest.Item) -> str | None:
-    """The test's xdist_group (its node id's ``@`` suffix cannot say: parameter ids may hold an ``@`` too)."""
-    mark = item.get_closest_marker("xdist_group")
-    return str(mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
 
 
 def group_lines(records: list[Record], began: float) -> list[str]:

@@ -38,7 +38,7 @@ def pad_bytes(env: Mapping[str, str]) -> int:
         return TOP_PAD_BYTES
     if not raw.isdigit():
         raise PadError(f"{PAD_ENV}={raw!r} is not a number of bytes. Fix: a whole number such as "
-                           f"{TOP_PAD_BYTES} (64 MiB), or 0 for glibc's default")
+                       f"{TOP_PAD_BYTES} (64 MiB), or 0 for glibc's default")
     return int(raw)
 
 
