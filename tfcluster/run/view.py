@@ -1,5 +1,7 @@
 """The terminal view of a `tfcluster` command: one line per stage with its duration, the live progress of every task
-(refreshed in place on a terminal, reprinted at least every 10 s otherwise), and what failed.
+(refreshed in place on a terminal; otherwise, in a CI log or a pipe, reprinted when a task's state, epoch or the
+note changes, at most every 10 s, and at least every minute), and what failed. A log grows with what happened, not
+with how long the job ran: an hour of one epoch prints 60 blocks, not 360.
 
 It renders the events of tfcluster/run/events.py; everything else (Terraform's and Ansible's own output) goes to the
 log file whose path the header prints. Every field a host wrote (status.json, its log, its exception) is printed
@@ -16,7 +18,8 @@ from typing import Any, TextIO
 
 from tfcluster.core.text import printable, printable_lines
 
-PRINT_EVERY = 10.0  # seconds between progress prints when the output is not a terminal
+PRINT_EVERY = 10.0  # least seconds between progress prints when the output is not a terminal
+HEARTBEAT = 60.0  # most seconds between them: the block is reprinted though nothing moved to the next state
 LOG_TAIL = 15  # lines of a failing host's job log shown without VERBOSE
 FIELD_LIMIT = 40  # characters of one host-written field of a progress line (state, epoch, step...)
 TEXT_LIMIT = 500  # characters of one host-written line of the failure summary (a message, a log line)
@@ -82,13 +85,15 @@ def task_line(task: Mapping[str, Any]) -> str:
 
 @dataclass
 class View:
-    """Renders events onto ``out``. ``tty``: redraw the progress block in place; else reprint it every 10 s."""
+    """Renders events onto ``out``. ``tty``: redraw the progress block in place; else reprint it on a change of
+    what it says (`milestones`), at most every PRINT_EVERY and at least every HEARTBEAT seconds."""
 
     out: TextIO
     tty: bool
     clock: Any = time.monotonic
     _drawn: int = 0  # lines of the progress block on screen (tty)
     _last_print: float = field(default=-1e9)
+    _printed: tuple[Any, ...] | None = None  # the milestones of the block printed last (not a terminal)
     failures: list[dict[str, Any]] = field(default_factory=list)
     decision: dict[str, Any] | None = None
     stages: list[dict[str, Any]] = field(default_factory=list)
@@ -133,10 +138,19 @@ class View:
             self.out.write("".join(f"\x1b[2K{text}\n" for text in lines))
             self.out.flush()
             self._drawn = len(lines)
-        elif now - self._last_print >= PRINT_EVERY:
-            self._last_print = now
-            for text in lines:
-                self.line(text)
+        else:
+            shown = milestones(tasks, note)
+            since = now - self._last_print
+            if since >= HEARTBEAT or (since >= PRINT_EVERY and shown != self._printed):
+                self._last_print, self._printed = now, shown
+                for text in lines:
+                    self.line(text)
+
+
+def milestones(tasks: Sequence[Mapping[str, Any]], note: Any = None) -> tuple[Any, ...]:
+    """What a new progress block is printed for off a terminal: each task's host, state and epoch, and the note
+    (steps, rates, the loss and the ETA move on every poll: they wait for the heartbeat)."""
+    return (tuple((str(t.get("host")), str(t.get("state")), str(t.get("epoch"))) for t in tasks), str(note or ""))
 
 
 def _collected(event: Mapping[str, Any]) -> str:

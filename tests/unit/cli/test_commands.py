@@ -6,8 +6,10 @@ from __future__ import annotations
 import io
 import json
 import multiprocessing
+import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -115,14 +117,27 @@ def test_progress_is_redrawn_in_place_on_a_terminal() -> None:
     assert text.count("\x1b[2F") == 1 and text.count("job running for") == 2
 
 
-def test_progress_is_printed_every_10_s_otherwise() -> None:
+def test_off_a_terminal_progress_is_printed_on_a_change_at_most_every_10_s_and_at_least_every_minute() -> None:
     out, now = io.StringIO(), [0.0]
     v = view.View(out, tty=False, clock=lambda: now[0])
-    for t in (0, 4, 9, 10.5, 15, 21):
+
+    def at(t: float, **change: Any) -> None:
         now[0] = t
-        v.handle({"event": "progress", "elapsed": t, "tasks": [TASK]})
-    assert out.getvalue().count("job running for") == 3  # at 0, 10.5 and 21
-    assert "\x1b[" not in out.getvalue()
+        v.handle({"event": "progress", "elapsed": t, "tasks": [{**TASK, "step": int(t), **change}]})
+
+    at(0)  # printed: the first block
+    at(4, epoch=3)  # a change 4 s later: waits
+    at(10.5, epoch=3)  # printed: the new epoch, 10 s after the last block
+    for t in (20, 30, 40, 50, 60, 70.4):
+        at(t, epoch=3)  # the steps move, the state and the epoch do not: nothing
+    at(70.5, epoch=3)  # printed: a minute without a block
+    at(75, epoch=3, state="running/exporting")  # a new state 4.5 s later: waits
+    at(81, epoch=3, state="running/exporting")  # printed
+    text = out.getvalue()
+    assert re.findall(r"job running for (.+):", text) == ["0.0 s", "10.5 s", "1m10s", "1m21s"]
+    assert text.splitlines()[-1] == "         " + view.task_line({**TASK, "step": 81, "epoch": 3,
+                                                                  "state": "running/exporting"})
+    assert "\x1b[" not in text
 
 
 def test_a_failure_names_the_host_the_error_and_the_log_tail() -> None:
