@@ -201,6 +201,7 @@ bench: setup ## Benchmarks (print ratios measured in one run)
 	$(PY) -m bench.inventory_build
 	$(PY) -m bench.train_throughput
 	$(PY) -m bench.malloc_pad
+	$(PY) -m bench.wait_poll
 	$(PY) -m bench.scaling
 
 ##@ Lab of real hosts (root: systemd-nspawn hosts on a private bridge; docs/lab.md)

@@ -1,13 +1,17 @@
 """A task's status and log, for both backends (a systemd unit, or the process backend's supervisor).
 
     python3 -m tfcluster.host.jobstatus status SPEC [--unit UNIT] [--lines N]      one JSON line
+    python3 -m tfcluster.host.jobstatus serve SPEC [--unit UNIT] [--lines N]       one JSON line per line read
     python3 -m tfcluster.host.jobstatus logs SPEC [--unit UNIT] [--lines N] [--follow]
 
 ``status`` prints the task's state (contract.JOB_STATES), exit code, restarts, pid, start time, the model dir's
-facts (DONE, the program's status.json and its age) and the last log lines. ``logs`` prints the log; with
-``--follow`` it keeps printing until the task no longer runs. The unit comes from ``--unit`` or the spec (systemd
-backend). Standard library only: the wait loop runs it on every host (PYTHONPATH=<release>), ``make status`` and
-``make logs`` too, and the job_info module imports it.
+facts (DONE, the program's status.json and its age) and the last log lines. ``serve`` answers the same line for
+every line it reads on stdin, until end of input (or SERVE_IDLE seconds without a question): the wait keeps one per
+host over one ssh session, so a poll costs the status, not a Python start, its imports and an ssh session (on a lab
+host, 62 ms of CPU per poll went to the start and the imports; ``make bench``: bench.wait_poll). ``logs`` prints the
+log; with ``--follow`` it keeps printing until the task no longer runs. The unit comes from ``--unit`` or the spec
+(systemd backend). Standard library only: the wait loop runs it on every host (PYTHONPATH=<release>), ``make
+status`` and ``make logs`` too, and the job_info module imports it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import contextlib
 import errno
 import json
 import os
+import select
 import stat
 import subprocess
 import sys
@@ -63,6 +68,7 @@ from .jobspec import (
 UNIT_KEYS = ("ActiveState", "SubState", "Result", "ExecMainStatus", "ExecMainCode", "NRestarts", "MainPID",
              "ExecMainStartTimestampMonotonic", "RuntimeMaxUSec")
 NO_LIMIT = ("", "infinity", "0")
+SERVE_IDLE = 900.0  # seconds `serve` waits for the next question (a wait whose ssh vanished), then ends
 
 
 # --- the process backend --------------------------------------------------------------------------------------------
@@ -310,10 +316,33 @@ def logs(spec_file: str, unit: str | None = None, lines: int = 100, follow: bool
     return 0
 
 
+def answer(spec_file: str, unit: str | None, lines: int | None) -> tuple[str, int]:
+    """One status line (status, or {"error": ...} for a job it cannot read) and its exit code."""
+    try:
+        return dumps(status(spec_file, unit, lines)) + "\n", 0
+    except JobError as error:
+        return dumps({"error": str(error)}) + "\n", 1
+
+
+def serve(spec_file: str, unit: str | None, lines: int | None, *, stdin_fd: int = 0, out: Any = None,
+          idle: float = SERVE_IDLE) -> int:
+    """Answer a status line for every line read on ``stdin_fd`` (a question's text is not read: it only asks),
+    until end of input or ``idle`` seconds without one. Exit 0."""
+    out = out or sys.stdout
+    while True:
+        ready, _, _ = select.select([stdin_fd], [], [], idle)
+        chunk = os.read(stdin_fd, 4096) if ready else b""
+        if not chunk:
+            return 0
+        for _ in range(chunk.count(b"\n")):
+            out.write(answer(spec_file, unit, lines)[0])
+            out.flush()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m tfcluster.host.jobstatus", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("status", "logs"):
+    for name in ("status", "serve", "logs"):
         command = sub.add_parser(name)
         command.add_argument("spec", help="the job spec (<env dir>/<job>.json)")
         command.add_argument("--unit", default=None, help="read this systemd unit (default: the spec's)")
@@ -322,8 +351,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "status":
-            sys.stdout.write(dumps(status(args.spec, args.unit, args.lines)) + "\n")
-            return 0
+            text, code = answer(args.spec, args.unit, args.lines)
+            sys.stdout.write(text)
+            return code
+        if args.command == "serve":
+            return serve(args.spec, args.unit, args.lines)
         return logs(args.spec, args.unit, 100 if args.lines is None else args.lines, args.follow)
     except JobError as error:
         sys.stdout.write(dumps({"error": str(error)}) + "\n")

@@ -3,6 +3,7 @@ log command line, the preflight checks."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pwd
@@ -622,3 +623,29 @@ def test_finalize_refuses_a_model_dir_that_is_a_link(tmp_path: Path) -> None:
     with pytest.raises(jobspec.JobError, match=r"is not a directory of its own .*never written through a link"):
         supervisor.finalize(str(tmp_path / "model"))
     assert list(elsewhere.iterdir()) == []
+
+
+def test_serve_answers_a_status_line_per_question_until_end_of_input_or_idle(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, ["/bin/true"])
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"\n\nany text asks too\n")
+    os.close(write_fd)
+    out = io.StringIO()
+    try:
+        assert jobstatus.serve(str(spec), None, 3, stdin_fd=read_fd, out=out) == 0  # end of input: done
+    finally:
+        os.close(read_fd)
+    answers = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [a["name"] for a in answers] == ["t"] * 3 and answers[0].keys() == jobstatus.status(str(spec)).keys()
+    missing = io.StringIO()
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"\n")
+    try:
+        began = time.monotonic()
+        assert jobstatus.serve(str(tmp_path / "none.json"), None, 3, stdin_fd=read_fd, out=missing, idle=0.2) == 0
+        assert time.monotonic() - began < 5  # no question for `idle` s: it ends though its input is open
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    (error,) = [json.loads(line) for line in missing.getvalue().splitlines()]
+    assert "none.json is missing" in error["error"]

@@ -203,3 +203,89 @@ def test_parse_answer_never_raises(returncode: int, stdout: str, stderr: str) ->
     out = wait.parse_answer(returncode, stdout, stderr)
     assert (set(out) == {"status"} and isinstance(out["status"], dict) and "state" in out["status"]) or (
         set(out) == {"error"} and isinstance(out["error"], str))
+
+
+# --- one ssh session per host for the whole wait (jobstatus serve) --------------------------------------------------
+def stand_in(tmp_path: Path, script: str) -> dict[str, Any]:
+    """A host whose python is ``script`` (a shell script run with the status words) behind the fake ssh."""
+    python = tmp_path / "python.sh"
+    python.write_text("#!/bin/sh\n" + script)
+    python.chmod(0o755)
+    return {"slot": "worker:1", "spec": "/etc/tfcluster/j.json", "python": str(python), "pythonpath": str(REPO),
+            "reach": {"name": "h", "connection": "ssh", "host": "h"}}
+
+
+def test_a_host_is_asked_every_poll_over_one_session_that_ends_with_the_wait(tmp_path: Path, fake_ssh: Path) -> None:
+    spec = task_spec(tmp_path, "a", "sleep 30")
+    supervisor.start(spec)
+    streams = wait.Streams()
+    remote = target(spec, "worker:0", {"name": "h", "connection": "ssh", "host": "h"})
+    try:
+        answers = [streams.poll(remote, 5, 30) for _ in range(3)]
+        (stream,) = streams.streams.values()
+        assert stream.proc is not None
+        serving = [pid for pid in descendants(stream.proc.pid)
+                   if cmdline(pid).startswith("/usr/bin/python3 -m tfcluster.host.jobstatus serve ")]
+        assert len(serving) == 1, [cmdline(pid) for pid in descendants(stream.proc.pid)]
+        assert [a["status"]["name"] for a in answers] == ["a"] * 3 and answers[0]["status"]["state"] == "running"
+        assert answers[2]["status"]["now"] > answers[0]["status"]["now"]  # asked again, not replayed
+        assert not streams.oneshot
+        assert wait.poll(remote, 5, 30)["status"].keys() == answers[0]["status"].keys()  # the same answer
+    finally:
+        streams.close()
+        supervisor.stop(spec)
+    assert stream.proc is None and not Path(f"/proc/{serving[0]}").exists()  # it read end of input and exited
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (/proc/PID/task/*/children)."""
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        for children in Path(f"/proc/{found[-1]}/task").glob("*/children"):
+            todo += [int(child) for child in children.read_text().split()]
+    return found
+
+
+def test_a_release_without_serve_is_asked_with_a_command_per_poll(tmp_path: Path, fake_ssh: Path) -> None:
+    host = stand_in(tmp_path, 'case " $* " in *" serve "*) echo "jobstatus: invalid choice: \'serve\'" >&2; exit 2;;'
+                              ' esac\necho \'{"state": "running", "name": "old"}\'\n')
+    streams = wait.Streams()
+    try:
+        assert [streams.poll(host, 5, 30) for _ in range(2)] == [{"status": {"state": "running", "name": "old"}}] * 2
+        assert len(streams.oneshot) == 1
+    finally:
+        streams.close()
+
+
+def test_a_session_that_stops_answering_is_ended_and_the_host_unreachable(tmp_path: Path, fake_ssh: Path) -> None:
+    host = stand_in(tmp_path, 'read question\necho \'{"state": "running"}\'\nexec sleep 5\n')
+    streams = wait.Streams()
+    try:
+        assert streams.poll(host, 5, 30) == {"status": {"state": "running"}}
+        assert streams.poll(host, 5, 1) == {"error": "no answer within 1 s", "unreachable": True}
+        (stream,) = streams.streams.values()
+        assert stream.proc is None
+        assert streams.poll(host, 5, 30) == {"status": {"state": "running"}}  # a new session
+    finally:
+        streams.close()
+
+
+def test_a_session_that_cannot_connect_or_answers_too_much_is_refused(tmp_path: Path, fake_ssh: Path) -> None:
+    streams = wait.Streams()
+    down = target("/etc/tfcluster/j.json", "worker:0", {"name": "d", "connection": "ssh", "host": "down"})
+    big = stand_in(tmp_path, "read question\nhead -c 2000000 /dev/zero | tr '\\0' x\necho\n")
+    try:
+        assert streams.poll(down, 5, 30) == {"error": "ssh: connect to host down port 22: No route to host",
+                                             "unreachable": True}
+        assert "over 1024 KiB" in streams.poll(big, 5, 30)["error"]
+        assert not streams.oneshot
+    finally:
+        streams.close()

@@ -1,12 +1,14 @@
 """Action plugin: wait for a tfcluster job, on the control machine, in one bounded loop.
 
-Every ``interval`` seconds it reads every task's status at once (a thread per host: ``python3 -m
-tfcluster.host.jobstatus status SPEC`` over ssh, the way Ansible reaches the host - tfcluster.run.reach; a local slot
-is read in-process), decides with tfcluster.run.wait.decide, emits a ``progress`` event and, at least every
-``print_every`` seconds (and whenever a task changes state), prints one line per task. It returns when the job is
-done or over (failed, stalled, preempted, timeout, stopped, unreachable) with the culprit, its log tail and the
-failure summary (tfcluster.run.failure) - and a ``decision`` event. It starts and stops nothing: the playbook stops
-every task on a failed decision.
+Every ``interval`` seconds it reads every task's status at once (a thread per host; a local slot is read
+in-process). A host is asked over one ssh session that stays up (the way Ansible reaches the host -
+tfcluster.run.reach): ``python3 -m tfcluster.host.jobstatus serve SPEC`` answers a status line for each line it
+reads (:class:`Stream`), so a poll costs the status, not a Python start on the host and an ssh session each time; a
+host whose release has no ``serve`` is asked with a ``status`` command per poll instead. It decides with
+tfcluster.run.wait.decide, emits a ``progress`` event and, at least every ``print_every`` seconds (and whenever a
+task changes state), prints one line per task. It returns when the job is done or over (failed, stalled, preempted,
+timeout, stopped, unreachable) with the culprit, its log tail and the failure summary (tfcluster.run.failure) - and
+a ``decision`` event. It starts and stops nothing: the playbook stops every task on a failed decision.
 
 A host this machine cannot reach (ssh fails to connect, or no answer within the poll timeout) is retried with a
 backoff (:func:`backoff`: ``interval`` doubled per failed poll, at most BACKOFF_MAX s) and shown as "unreachable from
@@ -17,10 +19,12 @@ never holds the others: each host has at most one poll in flight, and a round us
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -141,15 +145,16 @@ def slot_key(slot: str) -> tuple[int, int]:
     return order, int(index) if is_digits(index) else 0
 
 
-def status_words(target: Mapping[str, Any], lines: int) -> list[str]:
+def status_words(target: Mapping[str, Any], lines: int, command: str = "status") -> list[str]:
     words = ["env", f"PYTHONPATH={target['pythonpath']}", target["python"], "-m", "tfcluster.host.jobstatus",
-             "status", target["spec"], "--lines", str(lines)]
+             command, target["spec"], "--lines", str(lines)]
     return words + (["--unit", target["unit"]] if target.get("unit") else [])
 
 
 STDOUT_LIMIT = 1024 * 1024  # bytes of a host's status answer read (one JSON line; its log tail is 64 KiB at most)
 STDERR_LIMIT = 64 * 1024  # bytes of its stderr read (ssh's last line says why it failed)
 STDERR_GRACE = 1.0  # seconds stderr may stay open once the command ended and closed stdout (an ssh master's)
+CLOSE_GRACE = 2.0  # seconds the hosts' status sessions have to end once the wait hung up, before they are killed
 
 
 def read_bounded(argv: list[str], timeout: float) -> tuple[int, str, str, bool]:
@@ -218,10 +223,14 @@ def poll(target: Mapping[str, Any], lines: int, timeout: float) -> dict[str, Any
     if returncode == 255:
         return {"error": printable((stderr.strip().splitlines() or ["ssh failed"])[-1], 400), "unreachable": True}
     if over:
-        return {"error": f"its status answer is over {STDOUT_LIMIT // 1024} KiB, not read further (a host runs "
-                         "tfcluster.host.jobstatus: its answer is one JSON line). Fix: check the release on the host "
-                         "(make train re-deploys it)"}
+        return over_limit()
     return parse_answer(returncode, stdout, stderr)
+
+
+def over_limit() -> dict[str, Any]:
+    return {"error": f"its status answer is over {STDOUT_LIMIT // 1024} KiB, not read further (a host runs "
+                     "tfcluster.host.jobstatus: its answer is one JSON line). Fix: check the release on the host "
+                     "(make train re-deploys it)"}
 
 
 def parse_answer(returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
@@ -237,6 +246,184 @@ def parse_answer(returncode: int, stdout: str, stderr: str) -> dict[str, Any]:
         return {"status": data}
     error = data.get("error")
     return {"error": printable(error, 400) if isinstance(error, str) else f"rc={returncode}: no state in {shown(data)}"}
+
+
+class Stream:
+    """One host's ``jobstatus serve`` over one ssh session: :meth:`ask` writes a line and reads the answer line.
+    The same limits as :func:`read_bounded`: an answer over STDOUT_LIMIT, or none within the timeout, ends the
+    process (a later ask starts a new one); stderr is drained, its last STDERR_LIMIT bytes kept."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.out, self.err = bytearray(), bytearray()
+        self.open: set[Any] = set()
+        self.answered = False  # any process of this stream ever answered (its release has `serve`)
+        self.closed = self.busy = False
+        self.lock = threading.Lock()
+
+    def ask(self, timeout: float) -> tuple[str, Any]:
+        """("line", text), ("over", None), ("timeout", None) or ("ended", (exit status, stderr)): the process ended
+        without answering. OSError when no process could start."""
+        with self.lock:
+            if self.closed:
+                return "ended", (None, "the wait is ending")
+            if self.proc is None:
+                self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE)
+                self.out, self.err = bytearray(), bytearray()
+                self.open = {self.proc.stdout, self.proc.stderr}
+            proc, self.busy = self.proc, True
+        try:
+            return self._ask(proc, time.monotonic() + timeout)
+        finally:
+            with self.lock:
+                self.busy = False
+                if self.closed or proc is not self.proc:
+                    _reap(proc)
+
+    def _ask(self, proc: subprocess.Popen[bytes], deadline: float) -> tuple[str, Any]:
+        assert proc.stdin is not None and proc.stdout is not None
+        with contextlib.suppress(OSError, ValueError):  # it ended (or the wait hung up): read how, below
+            proc.stdin.write(b"\n")
+            proc.stdin.flush()
+        with selectors.DefaultSelector() as selector:
+            for pipe in self.open:
+                selector.register(pipe, selectors.EVENT_READ)
+            while True:
+                end = self.out.find(b"\n")
+                if end >= 0:
+                    line = bytes(self.out[:end]).decode("utf-8", "replace")
+                    del self.out[:end + 1]
+                    self.answered = True
+                    return "line", line
+                if len(self.out) > STDOUT_LIMIT:
+                    self._end()
+                    return "over", None
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._end()
+                    return "timeout", None
+                if proc.stdout not in self.open:  # no answer will come: how did it end?
+                    return self._ended(proc, selector, deadline)
+                for key, _ in selector.select(left):
+                    chunk = os.read(key.fd, 64 * 1024)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        self.open.discard(key.fileobj)
+                    elif key.fileobj is proc.stdout:
+                        self.out += chunk
+                    else:
+                        self.err = (self.err + chunk)[-STDERR_LIMIT:]
+
+    def _ended(self, proc: subprocess.Popen[bytes], selector: selectors.BaseSelector,
+               deadline: float) -> tuple[str, Any]:
+        """Its exit status and stderr (at most STDERR_GRACE s more for a stderr an ssh master holds open)."""
+        try:
+            code = proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:  # its output closed, and it goes on: as good as no answer
+            self._end()
+            return "timeout", None
+        grace = time.monotonic() + STDERR_GRACE
+        while selector.get_map() and time.monotonic() < grace:
+            for key, _ in selector.select(max(0.0, grace - time.monotonic())):
+                chunk = os.read(key.fd, 64 * 1024)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                self.err = (self.err + chunk)[-STDERR_LIMIT:]
+        err = bytes(self.err).decode("utf-8", "replace")
+        self._end()
+        return "ended", (code, err)
+
+    def _end(self) -> None:
+        with self.lock:
+            proc, self.proc = self.proc, None
+        if proc is not None:
+            _reap(proc)
+
+    def hang_up(self) -> None:
+        """Close its input: the host's ``serve`` reads end of input and exits, and ssh with it. No ask after it."""
+        with self.lock:
+            self.closed = True
+            if self.proc is not None and self.proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    self.proc.stdin.close()
+
+    def close(self, deadline: float) -> None:
+        """After :meth:`hang_up`: wait for the process to end until ``deadline`` (time.monotonic), then kill it; an
+        ask in flight reaps it when it returns."""
+        with self.lock:
+            proc = self.proc
+        if proc is None:
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        with self.lock:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            if not self.busy:
+                self.proc = None
+                _reap(proc)
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(OSError):
+            proc.kill()
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
+class Streams:
+    """The poll of :class:`Poller`: a host is asked through its :class:`Stream`; a local slot, and a host whose
+    release has no ``serve`` (its stream ended before it ever answered), the way :func:`poll` does."""
+
+    def __init__(self) -> None:
+        self.streams: dict[str, Stream] = {}
+        self.oneshot: set[str] = set()
+        self.lock = threading.Lock()
+
+    def poll(self, target: Mapping[str, Any], lines: int, timeout: float) -> dict[str, Any]:
+        try:
+            reach = Reach.from_info(target["reach"])
+            argv = None if reach.local else reach.argv(status_words(target, lines, "serve"), extra_ssh_options=CONTROL)
+        except (ReachError, KeyError, TypeError, ValueError):
+            argv = None
+        key = json.dumps(argv)
+        if argv is None or key in self.oneshot:
+            return poll(target, lines, timeout)
+        with self.lock:
+            stream = self.streams.setdefault(key, Stream(argv))
+        started = time.monotonic()
+        try:
+            kind_, value = stream.ask(timeout)
+        except OSError as error:  # no ssh could start (too many processes): it may next time
+            return {"error": str(error), "unreachable": True}
+        if kind_ == "line":
+            return parse_answer(0, value, "")
+        if kind_ == "over":
+            return over_limit()
+        if kind_ == "timeout":
+            return {"error": f"no answer within {timeout:.0f} s", "unreachable": True}
+        code, stderr = value
+        if code == 255:
+            return {"error": printable((stderr.strip().splitlines() or ["ssh failed"])[-1], 400), "unreachable": True}
+        if not stream.answered:
+            self.oneshot.add(key)  # an older release (no `serve`), or the host cannot run it: one command per poll
+        return poll(target, lines, max(1.0, timeout - (time.monotonic() - started)))
+
+    def close(self) -> None:
+        """Hang up every session, give them CLOSE_GRACE s together to end, kill what is left."""
+        with self.lock:
+            streams = list(self.streams.values())
+        for stream in streams:
+            stream.hang_up()
+        deadline = time.monotonic() + CLOSE_GRACE
+        for stream in streams:
+            stream.close(deadline)
 
 
 BACKOFF_MAX = 60.0  # seconds between two polls of a host unreachable from here, at most
@@ -258,10 +445,11 @@ class Poller:
     waits for every host), so a host whose ssh hangs keeps its previous answer while the others go on."""
 
     def __init__(self, targets: Mapping[str, Mapping[str, Any]], lines: int, timeout: float, interval: float, *,
-                 poll_fn: Callable[[Mapping[str, Any], int, float], dict[str, Any]] = poll,
+                 poll_fn: Callable[[Mapping[str, Any], int, float], dict[str, Any]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.targets, self.lines, self.timeout, self.interval = targets, lines, timeout, interval
-        self.poll_fn, self.clock = poll_fn, clock
+        self.streams = Streams()
+        self.poll_fn, self.clock = poll_fn or self.streams.poll, clock
         self.pool = ThreadPoolExecutor(max_workers=max(1, min(32, len(targets))))
         self.answers: dict[str, dict[str, Any]] = {}
         self.failures = dict.fromkeys(targets, 0)
@@ -289,6 +477,7 @@ class Poller:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.streams.close()
 
 
 def _result(future: Future[dict[str, Any]]) -> dict[str, Any]:
