@@ -113,8 +113,9 @@ def _train(inv: Invocation, status: artifacts.StatusWriter, request: stop.StopRe
     from trainer import datasets
 
     try:
-        from trainer import strategy as strategies
-        from trainer import train
+        with memory.import_without_collections():  # TensorFlow's import: trainer/memory.py
+            from trainer import strategy as strategies
+            from trainer import train
     except ImportError as exc:
         LOG.error("cannot import TensorFlow/tf_keras: %s. Fix: install trainer/requirements.txt", exc)
         status.update(force=True, state="failed", error=str(exc))

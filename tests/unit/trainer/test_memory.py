@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -81,3 +82,33 @@ def test_with_the_pad_a_thread_that_frees_and_allocates_again_stops_faulting_fre
     assert faults["off"][0] == 0 and faults["on"][0] == 64 << 20
     assert faults["off"][1] > 200 * 4096 // 2, faults  # ~4,096 fresh pages a round without the pad
     assert faults["on"][1] < faults["off"][1] / 20, faults
+
+
+def test_the_import_runs_without_collections_and_what_it_made_is_frozen_out_of_later_ones() -> None:
+    """In a child process (a freeze would stay in this worker): no collection runs in the block, what the block made
+    is frozen after it, and the collector is on again only where it was on before."""
+    script = textwrap.dedent("""
+        import gc, json
+        from trainer import memory
+        seen = []
+        gc.callbacks.append(lambda phase, info: seen.append(phase) if phase == "start" else None)
+        gc.collect()
+        seen.clear()
+        frozen = gc.get_freeze_count()
+        with memory.import_without_collections():
+            inside = gc.isenabled()
+            made = [[i] for i in range(100_000)]  # past every generation's threshold
+        collections_inside = len(seen)
+        after = gc.isenabled()
+        newly_frozen = gc.get_freeze_count() - frozen
+        gc.disable()
+        with memory.import_without_collections():
+            pass
+        print(json.dumps([inside, collections_inside, after, newly_frozen, gc.isenabled()]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    inside, collections_inside, after, newly_frozen, still_off = json.loads(out)
+    assert (inside, collections_inside, after) == (False, 0, True)
+    assert newly_frozen >= 100_000  # the block's lists, now out of every later collection
+    assert still_off is False  # a caller that had turned the collector off keeps it off
