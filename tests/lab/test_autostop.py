@@ -1,8 +1,9 @@
 """Idle autostop on real systemd hosts (playbooks/autostop.yml, the autostop role, tfcluster/host/autostop.py).
 
 One lab of 4 hosts, IDLE=1 min, all watched at once (one scenario, several assertions):
-  as-idle  runs a short job (a fake tfcluster-<job>.service that sleeps), then powers itself off about a minute after
-           it ended (default 60 s check interval: the measured idle-to-power-off time is printed);
+  as-idle  runs a job longer than its check interval (a fake tfcluster-<job>.service that sleeps 75 s), then powers
+           itself off about a minute after it ended (default 60 s check interval: the measured idle-to-power-off
+           time is printed);
   as-busy  runs a long job and stays up;
   as-ssh   mode jobs_and_ssh, no job: stays up while an SSH session is open, powers off about a minute after it
            closes;
@@ -191,7 +192,10 @@ def outcome(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         wait_until(lambda: int(lab.ssh(SSH, SESSIONS, check=False).stdout.strip() or 0) >= 2, 30,
                    "the SSH session to as-ssh did not open")
         run_role(flows, hosts_file, result, lab)
-        start_job(lab, IDLE, 30)
+        # Longer than as-idle's 60 s check interval, so a check sees it running: a job that starts and ends
+        # between two checks is gone with its unit (systemd unloads it), and the idle clock runs from the
+        # settings (a faster machine ran the role's runs in ~20 s: the 30 s job ended unseen, off 10 s later).
+        start_job(lab, IDLE, 75)
         start_job(lab, BUSY, 1800)
         reboot(lab, result)
         watch(lab, result, session)
