@@ -15,10 +15,10 @@ wins (glibc read it at start), and ``TFCLUSTER_MALLOC_TOP_PAD=0`` keeps glibc's 
 there is nothing to set.
 
 Python's cyclic collector is off while TensorFlow is imported (:func:`import_without_collections`): the import
-makes ~1 M tracked objects and no garbage worth collecting, yet with the collector on it runs ~730 collections over
-them, 6 of them full (0.5 CPU-s of an import that costs ~3.9 here). Then every object the import made is frozen
-(``gc.freeze``: the modules live as long as the process, so no later collection need walk them again) and the
-collector is on again for training: a 300-step job ran 841 collections for 0.52 CPU-s, now 110 for 0.02.
+leaves ~270 k tracked objects and no garbage worth collecting, yet with the collector on it runs ~680 collections
+over them, 6 of them full (~0.5 CPU-s of an import that costs ~3.9 here). Then every object the import made is
+frozen (``gc.freeze``: the modules live as long as the process, so no later collection need walk them again) and the
+collector is on again for training: a 300-step job ran 841 collections for 0.49-0.52 CPU-s, now 160 for 0.02-0.03.
 """
 
 from __future__ import annotations
