@@ -11,13 +11,13 @@ timed test.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from bench import emit
 from trainer.memory import GLIBC_ENV, PAD_ENV
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios = result["pad_over_none"]
     print(f"pad / none    : CPU {ratios['cpu_s']:.2f}x  system {ratios['system_s']:.2f}x  "
           f"faults {ratios['minor_faults']:.3f}x  peak RSS {ratios['peak_rss_mb']:.2f}x")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
+    emit(result, args.json)
     return 0
 
 

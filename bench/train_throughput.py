@@ -31,6 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import emit
+
 REPO = Path(__file__).resolve().parents[1]
 TEARDOWN_GOAL_S = 1.0  # fit_teardown_s: the last epoch's end to fit returning
 STARTUP_MARKS = ("imports", "tensorflow", "data", "strategy", "model", "resume", "fit_start", "first_step")
@@ -184,9 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = "  ".join(f"{mark} {value:.2f}" for mark, value in startup.items())
     print(f"startup (s)        : {steps}  (seconds from the process's start; medians)")
     print(f"load average       : {' '.join(f'{x:.2f}' for x in os.getloadavg())}  ({os.cpu_count()} cpus)")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
+    emit(result, args.json)
     return 0
 
 

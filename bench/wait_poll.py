@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from bench import emit
 from tfcluster.host import jobspec, supervisor
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, run in (("a command per poll", oneshot), ("one session", session)):
         print(f"{name:18}: {run['cpu_ms_per_poll']:6.1f} ms CPU per poll  ({run['wall_ms_per_poll']:.1f} ms wall)")
     print(f"session / command : CPU {result['session_over_command_cpu']:.2f}x")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
+    emit(result, args.json)
     return 0
 
 

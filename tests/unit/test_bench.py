@@ -4,6 +4,7 @@ command its docstring shows runs it the way that works (`python -m bench.NAME`: 
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from pathlib import Path
 
@@ -52,3 +53,14 @@ def test_cpu_busy_reads_the_share_of_non_idle_time(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(lab_scale.time, "sleep", lambda _s: stat.write_text(next(lines)))
     stat.write_text("cpu 100 0 100 700 100 0 0 0 0 0\n")
     assert lab_scale.cpu_busy(0, str(stat)) == pytest.approx(100 / 200)  # 100 busy of 200 jiffies
+
+
+def test_a_bench_writes_its_figures_when_asked_and_prints_them_as_its_last_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import emit
+
+    emit({"ratio": 0.05, "polls": 3}, tmp_path / "out.json")
+    emit({"ratio": 1.0}, None)
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line) for line in lines] == [{"ratio": 0.05, "polls": 3}, {"ratio": 1.0}]
+    assert json.loads((tmp_path / "out.json").read_text()) == {"ratio": 0.05, "polls": 3}
