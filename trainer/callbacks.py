@@ -6,6 +6,7 @@ from __future__ import annotations
 import faulthandler
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -109,10 +110,53 @@ class Progress(keras.callbacks.Callback):
 
 
 class EpochProgress(Progress):
-    """Progress without batch hooks: ParameterServerStrategy's fit refuses batch-level callbacks."""
+    """Progress without batch hooks: ParameterServerStrategy's fit refuses batch-level callbacks. A thread reads the
+    step counter the workers advance (the optimizer's ``iterations``, a variable on a ps task: one small remote read)
+    every ``poll_s`` (the status interval) and reports it as the epoch's step, so the view, the stall check and the
+    first-step mark see steps within an epoch, not only epochs."""
+
+    def __init__(self, *args: Any, poll_s: float = 2.0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.poll_s = poll_s
+        self._lock = threading.Lock()
+        self._base: int | None = None  # the counter at this epoch's start; None between epochs
+        self._ended = threading.Event()
 
     def _implements_train_batch_hooks(self) -> bool:
         return False
+
+    def _iterations(self) -> int:
+        return int(self.model.optimizer.iterations.numpy())
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        super().on_train_begin(logs)
+        threading.Thread(target=self._watch, name="step-watch", daemon=True).start()
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        base = self._iterations()
+        with self._lock:
+            super().on_epoch_begin(epoch, logs)
+            self._base = base
+
+    def _watch(self) -> None:
+        while not self._ended.wait(self.poll_s):
+            try:
+                done = self._iterations()
+            except Exception as exc:
+                LOG.debug("step counter unreadable: %s", exc)
+                continue
+            with self._lock:
+                if self._base is not None and min(done - self._base, self.plan.steps) > self._last_step:
+                    self.on_train_batch_end(min(done - self._base, self.plan.steps) - 1)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        with self._lock:
+            self._base = None
+            super().on_epoch_end(epoch, logs)
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        self._ended.set()
+        super().on_train_end(logs)
 
 
 class BackupEveryEpoch(keras.callbacks.Callback):

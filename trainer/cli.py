@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcluster.core import contract, files
+from tfcluster.host.tfthreads import interop_floor, usable_cpus
 from trainer import artifacts, devices, memory, stop
 from trainer.config import ConfigError, Invocation, parse_invocation
 from trainer.timeline import Timeline
@@ -89,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     timeline.mark("imports")
     loading = None if inv.serves_only else _load_in_background(inv)  # while TensorFlow is imported
     select_legacy_keras()
+    # Before TensorFlow sizes its pools: one inter-op thread deadlocks ParameterServer (tfcluster/host/tfthreads.py).
+    os.environ.update(interop_floor(os.environ, usable_cpus()))
     return _train(inv, status, request, timeline, loading)
 
 

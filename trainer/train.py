@@ -284,7 +284,8 @@ def _train_input(r: Run, b: Built) -> Any:
 def fit(r: Run, b: Built, out_dir: str) -> Fitted:
     """``model.fit`` with progress, backups and the stop protocol; a stop saves a backup at a step boundary."""
     plan, model, backup = b.plan, b.model, b.backup
-    progress = (EpochProgress if r.is_ps else Progress)(r.status, plan, r.timeline, r.stop)
+    progress = (EpochProgress(r.status, plan, r.timeline, r.stop, poll_s=r.cfg.reporting.status_interval) if r.is_ps
+                else Progress(r.status, plan, r.timeline, r.stop))
     spe = min(r.cfg.optimisation.steps_per_execution, plan.steps)
     agreed = AgreedStop(r.stop, backup, b.agreement, check_every=max(1, 60 // spe), steps=plan.steps)
     with holding_data_handlers():
@@ -380,6 +381,7 @@ def _metrics(r: Run, b: Built, fitted: Fitted, evaluation: dict[str, float]) -> 
         "resumes": int(b.backup.resumes.numpy()),
         "replicas": plan.global_batch // cfg.optimisation.batch_size_per_replica,
         "workers": r.inv.tf_config.num_workers if r.inv.tf_config else 1,
+        "tasks": {t: len(a) for t, a in r.inv.tf_config.cluster.items()} if r.inv.tf_config else {},
         "global_batch": plan.global_batch, "steps_per_epoch": plan.steps,
         "steps_per_execution": min(cfg.optimisation.steps_per_execution, plan.steps),
         "examples_per_sec": round(per_epoch * len(steady) / sum(steady), 1) if steady else None,

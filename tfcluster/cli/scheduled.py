@@ -170,6 +170,8 @@ def _watch_and_finish(cmd: Command, transport: Any, record: Any, timing: Timing)
     events: list[dict[str, Any]] = [event]
     _stage(cmd, f"Wait for Slurm job {record.job_id}", started, ok=result["decision"] == "done")
     if result["decision"] == "done":
+        if result.get("servers"):
+            transport.stop()  # ParameterServer tasks still serving after their chief: the step ends with it
         started = time.monotonic()
         try:
             collected = transport.collect(record, cmd.job_dir)

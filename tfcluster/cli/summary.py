@@ -55,10 +55,19 @@ def _value(metrics: Mapping[str, Any], key: str) -> str:
     return printable(metrics.get(key, "?"), VALUE_LIMIT)
 
 
+def _cluster(metrics: Mapping[str, Any]) -> str:
+    """``2 worker(s)``, or a ParameterServer cluster's tasks (``chief + 1 ps + 2 worker(s)``: the chief trains none)."""
+    tasks = metrics.get("tasks")
+    if isinstance(tasks, Mapping) and tasks.get(contract.PS):
+        return (f"chief + {printable(tasks.get(contract.PS), VALUE_LIMIT)} ps + "
+                f"{printable(tasks.get(contract.WORKER, 0), VALUE_LIMIT)} worker(s)")
+    return f"{_value(metrics, 'workers')} worker(s)"
+
+
 def summary_lines(metrics: Mapping[str, Any], artifacts: Path, plot: Path | None) -> list[str]:
     """The summary of a collected job; every value from metrics.json escaped and cut (VALUE_LIMIT)."""
     lines = [
-        f"job:          {_value(metrics, 'strategy')} on {_value(metrics, 'workers')} worker(s), "
+        f"job:          {_value(metrics, 'strategy')} on {_cluster(metrics)}, "
         f"{_value(metrics, 'epochs')} epoch(s), global batch {_value(metrics, 'global_batch')}",
         f"accuracy:     train {_fmt(metrics.get('accuracy'), '.4f')}   test {_fmt(metrics.get('test_accuracy'), '.4f')}"
         f"   (loss {_fmt(metrics.get('loss'), '.4f')})",

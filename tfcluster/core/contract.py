@@ -97,6 +97,10 @@ ENV_GPUS = "TFCLUSTER_GPUS"  # GPUs the inventory declares for this host (the tr
 ENV_COLLECTIVE = "TFCLUSTER_COLLECTIVE"  # nccl | ring: the all-reduce of a MultiWorkerMirrored job
 ENV_CHECKPOINT_S3 = "TFCLUSTER_CHECKPOINT_S3"  # s3://BUCKET/PREFIX of this job: backups and the model dir go there
 ENV_S3_ENDPOINT_URL = "TFCLUSTER_S3_ENDPOINT_URL"  # an S3-compatible endpoint instead of AWS (tests: moto)
+# TensorFlow sizes its inter-op thread pool from the CPUs a task may use; one thread deadlocks a ParameterServer
+# worker (tfcluster/host/tfthreads.py). A task with fewer CPUs gets this floor unless the job sets the variable.
+ENV_INTEROP_THREADS = "TF_NUM_INTEROP_THREADS"
+INTEROP_THREADS_MIN = 2
 # A job's own writable home on a host (<prefix>/var/lib/tfcluster/jobs/<job>/home, the job user's; docs/jobs.md): the
 # variables that point programs and their caches into it, each a path relative to it ('' = the home itself). The
 # tf_job role writes them into the env file; tfcluster/host/jobhome.py creates the directories and the Keras cache.

@@ -49,6 +49,7 @@ from ..core.slurm import (
 )
 from .jobspec import SMALL_MAX_BYTES, JobError, mtime, read_json_capped, tail
 from .jobstatus import model_dir_facts
+from .tfthreads import usable_cpus, with_interop_floor
 
 # Scheduler states (squeue/sacct): waiting for resources or a requeue's hold-off; running; settling between the two
 # (the step is being torn down: a requeue or the end); ended.
@@ -111,7 +112,7 @@ def task_env(spec: Mapping[str, Any], task: Resolved, base: Mapping[str, str]) -
     if spec.get("legacy_keras"):
         env["TF_USE_LEGACY_KERAS"] = "1"
     env.update({str(key): str(value) for key, value in (spec.get("extra_env") or {}).items()})
-    return env
+    return with_interop_floor(env, usable_cpus())  # the step's cpuset: one CPU deadlocks ParameterServer
 
 
 def program_argv(spec: Mapping[str, Any], slot: str, python: str) -> tuple[list[str], str]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tfcluster.core.text import printable
-from tfcluster.run import wait
+from tfcluster.run import answer, wait
 
 Poll = tuple[Mapping[str, Any], Mapping[str, Mapping[str, Any]], Mapping[str, str]]
 WAITING = ("pending", "settling")
@@ -97,7 +97,8 @@ def decision_event(result: Mapping[str, Any]) -> dict[str, Any]:
     progress = status.get("progress") if isinstance(status.get("progress"), Mapping) else {}
     error = progress.get("error")
     event: dict[str, Any] = {"event": "decision", "decision": result.get("decision"), "culprit": culprit,
-                             "message": result.get("message"), "log_tail": wait.log_lines(status)}
+                             "message": result.get("message"), "log_tail": answer.log_lines(status),
+                             "servers": list(result.get("servers") or [])}
     if isinstance(error, str) and error:
         event["error"] = {"type": "error", "message": error}
     return event

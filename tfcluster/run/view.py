@@ -120,6 +120,8 @@ class View:
                 self.progress(self.tasks, event.get("elapsed"), event.get("note"))
         elif kind == "decision":
             self.decision = dict(event)
+            if event.get("decision") == "done" and event.get("servers"):  # a ParameterServer chief's end
+                self.line(f"       {printable(event.get('message'), TEXT_LIMIT)}")
         elif kind == "collected":
             self.line(f"       {_collected(event)}")
         elif kind == "notice":

@@ -35,12 +35,11 @@ a state that is not a job state, a field of the wrong type) makes its host the c
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfcluster.core.contract import EXIT_PREEMPTED, JOB_STATES
+from tfcluster.core.contract import EXIT_PREEMPTED, PS, WORKER
 from tfcluster.host.jobspec import (
     ACTIVE_STATES,
     FAILED,
@@ -53,6 +52,7 @@ from tfcluster.host.jobspec import (
     SUCCEEDED,
     TIMEOUT,
 )
+from tfcluster.run.answer import number, poll_problem
 
 # Decisions (RUNNING, PREEMPTED, TIMEOUT and STOPPED share the state names).
 DONE_DECISION, FAILED_DECISION, STALLED, UNREACHABLE = "done", FAILED, "stalled", "unreachable"
@@ -64,75 +64,10 @@ TRAINING = "training"  # the trainer's phase in which its step must advance (tra
 PROGRESS_KEYS = ("epoch", "epochs", "step", "steps_per_epoch", "examples_per_sec", "loss", "accuracy", "eta_seconds")
 
 
-SHOWN_LIMIT = 60  # characters of a wrong value quoted in a message
-
-
-# --- the shape of an answer -----------------------------------------------------------------------------------------
-def kind(value: object) -> str:
-    """A JSON value's type in words."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "a list" if isinstance(value, (list, tuple)) else ("a JSON object" if isinstance(value, Mapping)
-                                                              else type(value).__name__)
-
-
-def shown(value: object) -> str:
-    """A value as JSON (ASCII only: no control character reaches a terminal), cut to SHOWN_LIMIT characters."""
-    try:
-        text = json.dumps(value, ensure_ascii=True, sort_keys=True, default=repr)
-    except (ValueError, TypeError, RecursionError):
-        text = ascii(value)
-    return text if len(text) <= SHOWN_LIMIT else text[:SHOWN_LIMIT - 3] + "..."
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _lines(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(line, str) for line in value)
-
-
-# Each field a decision or the view reads: what it must be (besides null).
-FIELD_RULES: dict[str, tuple[Callable[[object], bool], str]] = {
-    **{key: (_number, "a number") for key in ("now", "progress_mtime", "log_mtime", "started_at", "max_duration")},
-    **{key: (_whole, "a whole number") for key in ("restarts", "exit_code", "pid", "signal")},
-    **{key: (lambda v: isinstance(v, str), "a string") for key in ("name", "model_dir", "unit", "progress_error")},
-    "progress": (lambda v: isinstance(v, Mapping), "an object"),
-    "done": (lambda v: isinstance(v, bool), "true/false"),
-    "log_tail": (_lines, "a list of strings"),
-}
-
-
-def status_problem(status: object) -> str | None:
-    """What makes a host's status answer unusable (None: it is usable): see the module docstring."""
-    if not isinstance(status, Mapping):
-        return f"the status is {kind(status)}, not a JSON object"
-    state = status.get("state")
-    if not isinstance(state, str) or state not in JOB_STATES:
-        return f"state is {shown(state)}, not a job state ({', '.join(JOB_STATES)})"
-    for key, (valid, what) in FIELD_RULES.items():
-        value = status.get(key)
-        if value is not None and not valid(value):
-            return f"{key} is {shown(value)}, not {what} or null"
-    return None
-
-
-def log_lines(status: object) -> list[str]:
-    """The log tail of a usable status answer ([] for any other)."""
-    if status_problem(status) is not None:
-        return []
-    return list(status.get("log_tail") or [])  # type: ignore[union-attr]
+# A ParameterServer job ends with its chief: its ps and worker tasks serve until they are told (the built-in
+# trainer's chief tells them, and they exit 0 within seconds) or stopped (a script's `server.join()` never returns).
+SERVER_TYPES = (PS, WORKER)
+SERVERS_GRACE_S = 30.0  # how long the built-in trainer's servers get to exit by themselves after their chief
 
 
 @dataclass(frozen=True)
@@ -151,6 +86,7 @@ class Verdict:
     decision: str
     culprit: str | None = None
     message: str = ""
+    servers: tuple[str, ...] = ()  # done: the ps/worker tasks still serving after their chief, for the playbook to stop
 
 
 def remembered_state(state: str | None, before: str | None) -> str | None:
@@ -224,8 +160,8 @@ def stall_allowance(status: Mapping[str, Any], entry: Mapping[str, Any], stall: 
     if progress.get("state") != TRAINING:
         return stall
     step, steps = progress.get("step"), progress.get("steps_per_epoch")
-    boundary = not _number(step) or step <= 0 or (_number(steps) and step >= steps)
-    longest = entry.get("longest_epoch") if _number(entry.get("longest_epoch")) else 0.0
+    boundary = not number(step) or step <= 0 or (number(steps) and step >= steps)
+    longest = entry.get("longest_epoch") if number(entry.get("longest_epoch")) else 0.0
     return 2 * stall + float(longest) if boundary else stall
 
 
@@ -233,9 +169,9 @@ def _epochs(status: Mapping[str, Any], previous: Mapping[str, Any], now: float) 
     """The epoch a task is in, since when the wait sees it, and the longest epoch the wait saw (from one change of
     the epoch to the next)."""
     epoch = _progress(status).get("epoch")
-    epoch = epoch if _number(epoch) else None
-    longest = float(previous["longest_epoch"]) if _number(previous.get("longest_epoch")) else 0.0
-    began = float(previous["epoch_since"]) if _number(previous.get("epoch_since")) else now
+    epoch = epoch if number(epoch) else None
+    longest = float(previous["longest_epoch"]) if number(previous.get("longest_epoch")) else 0.0
+    began = float(previous["epoch_since"]) if number(previous.get("epoch_since")) else now
     if "epoch" in previous and previous.get("epoch") != epoch:
         longest, began = max(longest, now - began), now
     return {"epoch": epoch, "epoch_since": began, "longest_epoch": round(longest, 1)}
@@ -277,6 +213,7 @@ class _Round:
     has been unreachable and ssh's last words."""
 
     hosts: int = 0
+    slots: Mapping[str, str] = field(default_factory=dict)
     failures: list[tuple[str, str]] = field(default_factory=list)
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
     states: dict[str, str] = field(default_factory=dict)
@@ -290,20 +227,46 @@ class _Round:
                 | {host for host in self.away if self.seen[host].get("state") in ACTIVE_STATES})
 
 
-def _ended(r: _Round, settings: Settings) -> Verdict | None:
-    """Every task stopped, or every task succeeded (done, unless the chief's DONE is missing); never decided while a
-    host is unreachable (its task may still run)."""
+def _ended(r: _Round, settings: Settings, now: float) -> Verdict | None:
+    """Every task stopped, or every task succeeded (done, unless the chief's DONE is missing), or a ParameterServer
+    chief succeeded (:func:`_servers_left`); never decided while a host is unreachable (its task may still run)."""
     states, chief = r.states, r.statuses.get(settings.chief)
     if r.away or not states:
         return None
     if all(state in (STOPPED, INACTIVE) for state in states.values()):
         return Verdict(STOPPED, settings.chief, "no task of the job is running (never started, or stopped)")
-    if all(state == SUCCEEDED for state in states.values()):
-        if settings.require_done and chief is not None and not chief.get("done"):
-            return Verdict(FAILED_DECISION, settings.chief, "every task exited 0 but the chief {} wrote no DONE "
-                           "marker in {}".format(settings.chief, chief.get("model_dir")))
+    servers = _servers_left(r, settings, now)
+    if servers is None:
+        return None
+    if settings.require_done and chief is not None and not chief.get("done"):
+        return Verdict(FAILED_DECISION, settings.chief, "every task exited 0 but the chief {} wrote no DONE "
+                       "marker in {}".format(settings.chief, chief.get("model_dir")))
+    if not servers:
         return Verdict(DONE_DECISION, None, "every task finished")
-    return None
+    return Verdict(DONE_DECISION, None, f"the chief {settings.chief} finished; its ParameterServer tasks still serving "
+                   f"({', '.join(servers)}) are stopped: their work ends with the chief's", servers=tuple(servers))
+
+
+def _servers_left(r: _Round, settings: Settings, now: float) -> list[str] | None:
+    """None: the job has not ended; else the tasks to stop before it is done ([]: none). Every task succeeded, or
+    the job has a ps task (ParameterServer), its chief succeeded and each other task is a ps or worker task that
+    succeeded, serves on (running, restarting) or was stopped after the chief. The built-in trainer's servers get
+    SERVERS_GRACE_S to exit by themselves (they do, told by their chief); a script's are stopped at once."""
+    states = r.states
+    if all(state == SUCCEEDED for state in states.values()):
+        return []
+    types = {host: r.slots.get(host, "").partition(":")[0] for host in states}
+    if PS not in types.values() or states.get(settings.chief) != SUCCEEDED:
+        return None
+    others = {host: state for host, state in states.items() if host != settings.chief}
+    if any(types[host] not in SERVER_TYPES or state not in (SUCCEEDED, STOPPED, *ACTIVE_STATES)
+           for host, state in others.items()):
+        return None
+    serving = [host for host, state in others.items() if state in ACTIVE_STATES]
+    ended_at = r.seen[settings.chief].get("succeeded_since", now)
+    if serving and settings.require_done and now - float(ended_at) < SERVERS_GRACE_S:
+        return None
+    return serving
 
 
 def _gone(r: _Round, settings: Settings) -> Verdict | None:
@@ -323,7 +286,7 @@ def _gone(r: _Round, settings: Settings) -> Verdict | None:
                    "cut); a longer UNREACHABLE_GRACE waits longer")
 
 
-def _over(r: _Round, settings: Settings) -> Verdict | None:
+def _over(r: _Round, settings: Settings, now: float) -> Verdict | None:
     timed_out = _first(r.states, TIMEOUT)
     if timed_out:
         limit = duration_text(settings.max_duration) if settings.max_duration else "its limit"
@@ -334,17 +297,7 @@ def _over(r: _Round, settings: Settings) -> Verdict | None:
     if preempted:
         return Verdict(PREEMPTED, preempted, f"{preempted} was preempted (exit {EXIT_PREEMPTED}, a backup was saved): "
                        "run the same job again to resume from it")
-    return _gone(r, settings) or _ended(r, settings)
-
-
-def _poll_problem(poll: object) -> str | None:
-    """Why one poll gives no usable status (None: it does)."""
-    if not isinstance(poll, Mapping):
-        return f"the poll answer is {kind(poll)}, not a JSON object"
-    if "status" not in poll or poll["status"] is None:
-        error = poll.get("error")
-        return (error if isinstance(error, str) else shown(error)) if error else "no answer"
-    return status_problem(poll["status"])
+    return _gone(r, settings) or _ended(r, settings, now)
 
 
 def _previous(seen: object, host: str) -> Mapping[str, Any]:
@@ -361,15 +314,18 @@ def _answered(r: _Round, host: str, status: dict[str, Any], *, slot: str, previo
     r.statuses[host], r.states[host] = status, state
     r.tasks.append(task_entry(host, slot, status, state))
     marks = stall_marks(status)
-    since = previous.get("since") if _number(previous.get("since")) else now
+    since = previous.get("since") if number(previous.get("since")) else now
     r.seen[host] = {"marks": marks, "state": state, "since": since if previous.get("marks") == marks else now,
                     **_epochs(status, previous, now)}
+    if state == SUCCEEDED:  # since when the wait sees it ended (a ParameterServer chief's servers get a grace)
+        r.seen[host]["succeeded_since"] = (previous["succeeded_since"] if number(previous.get("succeeded_since"))
+                                           else now)
 
 
 def _unreachable(r: _Round, host: str, error: str, *, slot: str, previous: Mapping[str, Any], now: float,
                  settings: Settings) -> None:
     """Keep what the previous rounds saw of the host (its state, its progress marks), add since when it is away."""
-    since = float(previous["unreachable_since"]) if _number(previous.get("unreachable_since")) else now
+    since = float(previous["unreachable_since"]) if number(previous.get("unreachable_since")) else now
     r.seen[host] = {**previous, "unreachable_since": since, "error": error}
     r.away[host] = (now - since, error)
     r.tasks.append(task_entry(host, slot, None, unreachable_state(now - since, settings.retrying)))
@@ -414,9 +370,9 @@ def decide(polls: Mapping[str, Mapping[str, Any]], slots: Mapping[str, str], see
     """One round. ``polls``: {host: {"status": {...}} or {"error": text, "unreachable": bool}}, in slot order;
     ``seen``: the previous round's ``seen``. Returns decision, culprit, message, note (hosts unreachable from here,
     '' when none), seen, tasks, statuses, elapsed."""
-    r = _Round(hosts=len(polls))
+    r = _Round(hosts=len(polls), slots=slots)
     for host, poll in polls.items():
-        problem, slot, previous = _poll_problem(poll), slots.get(host, ""), _previous(seen, host)
+        problem, slot, previous = poll_problem(poll), slots.get(host, ""), _previous(seen, host)
         if problem is None:
             _answered(r, host, dict(poll["status"]), slot=slot, previous=previous, now=now)
         elif isinstance(poll, Mapping) and poll.get("unreachable") is True:
@@ -429,11 +385,11 @@ def decide(polls: Mapping[str, Mapping[str, Any]], slots: Mapping[str, str], see
         text = _failure(host, state, r.statuses[host], bool(active - {host}))
         if text:
             r.failures.append((host, text))
-    verdict = Verdict(FAILED_DECISION, *r.failures[0]) if r.failures else _over(r, settings)
+    verdict = Verdict(FAILED_DECISION, *r.failures[0]) if r.failures else _over(r, settings, now)
     if verdict is None and settings.timeout > 0 and now - started > settings.timeout:
         verdict = Verdict(TIMEOUT, settings.chief, f"the job did not finish within {duration_text(settings.timeout)} "
                           "(tf_job_wait_timeout): every task was stopped")
     verdict = verdict or _stall(r, now, settings) or Verdict(RUNNING)
     return {"decision": verdict.decision, "culprit": verdict.culprit, "message": verdict.message,
-            "note": _note(r, settings), "seen": r.seen, "tasks": r.tasks, "statuses": r.statuses,
-            "elapsed": round(now - started, 1)}
+            "servers": list(verdict.servers), "note": _note(r, settings), "seen": r.seen, "tasks": r.tasks,
+            "statuses": r.statuses, "elapsed": round(now - started, 1)}

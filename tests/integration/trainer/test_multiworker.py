@@ -82,15 +82,20 @@ def test_resume_after_sigkill(local_cluster: Callable[..., LocalCluster], tmp_pa
 
 
 def test_parameter_server_cluster(local_cluster: Callable[..., LocalCluster], tmp_path: Path) -> None:
+    # Each task pinned to one core, as the local slots run: TensorFlow would give each one inter-op thread, and a
+    # worker with one deadlocks at the first step (issue 36); the trainer gives itself two (tfcluster/host/tfthreads).
     cluster = local_cluster({"chief": 1, "ps": 1, "worker": 2},
                             ["--dataset", "synthetic", "--synthetic-examples", "1024", "--epochs", "2",
-                             "--steps-per-epoch", "10", "--steps-per-execution", "5", "--server-timeout", "60"])
+                             "--steps-per-epoch", "400", "--steps-per-execution", "5", "--server-timeout", "60",
+                             "--status-interval", "0.2"], pinned=True)
     cluster.start_all()
     codes = cluster.wait(timeout=240)
     # ps and workers exit 0 once the chief is done
     assert codes == {"chief-0": 0, "ps-0": 0, "worker-0": 0, "worker-1": 0}, cluster.logs()
     metrics = assert_chief_artifacts(cluster.model_dir)
     assert metrics["strategy"] == "parameter_server" and metrics["epochs"] == 2
+    # steps within an epoch reach status.json (the optimizer's counter, read by the chief), not only epoch ends
+    assert "first_step" in metrics["startup_s"], metrics["startup_s"]
     for name in ("ps-0", "worker-0", "worker-1"):
         assert cluster.status(name)["state"] == "done"
         assert "the chief finished" in cluster.procs[name].text()

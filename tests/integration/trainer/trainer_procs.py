@@ -65,6 +65,7 @@ class LocalCluster:
     tasks: Mapping[str, int]  # task type -> count
     args: Sequence[str]
     env_extra: Mapping[str, str] = field(default_factory=dict)
+    pinned: bool = False  # each task on one core, round robin, as the local slots run (tf_job_cpu_affinity)
     procs: dict[str, Proc] = field(default_factory=dict)
     cluster: dict[str, list[str]] = field(init=False)
     starts: int = 0
@@ -90,8 +91,11 @@ class LocalCluster:
                                                                                "index": int(index)}})
         cmd = [sys.executable, "-m", "trainer", "--model-dir", str(self.model_dir),
                "--status-file", str(self.status_file(name)), *self.args]
+        cpu = sorted(os.sched_getaffinity(0))[self.names().index(name) % len(os.sched_getaffinity(0))]
+        pin = (lambda: os.sched_setaffinity(0, {cpu})) if self.pinned else None
         with open(log, "wb") as fh:
-            popen = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=fh, stderr=subprocess.STDOUT)
+            popen = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=fh, stderr=subprocess.STDOUT,
+                                     preexec_fn=pin)  # noqa: PLW1509 - only sched_setaffinity
         self.procs[name] = Proc(name, popen, log)
         return self.procs[name]
 

@@ -51,3 +51,15 @@ def test_a_long_metrics_value_is_cut(tmp_path: Path) -> None:
 
     line = demo.summary_lines({"strategy": "s" * 100_000}, tmp_path, None)[0]
     assert "s" * (demo.VALUE_LIMIT - 3) + "... on" in line and len(line) < 200
+
+
+@pytest.mark.parametrize(("tasks", "shown"), [
+    ({"chief": 1, "ps": 1, "worker": 2}, "chief + 1 ps + 2 worker(s)"),  # a ParameterServer chief trains no replica
+    ({"worker": 2}, "3 worker(s)"),  # no ps: the replicas (chief and workers) as before
+    ("not a map", "3 worker(s)"),
+])
+def test_a_parameter_server_cluster_is_named_by_its_tasks(tmp_path: Path, tasks: object, shown: str) -> None:
+    from tfcluster.cli import summary as demo
+
+    line = demo.summary_lines({"strategy": "s", "workers": 3, "tasks": tasks}, tmp_path, None)[0]
+    assert line.startswith(f"job:          s on {shown}, "), line

@@ -48,6 +48,20 @@ def test_the_environment_has_the_contracts_names_and_keeps_slurms(tmp_path: Path
     assert env["TF_USE_LEGACY_KERAS"] == "1" and contract.ENV_CHECKPOINT_S3 not in env
 
 
+def test_a_task_on_one_core_of_its_step_gets_the_inter_op_floor(tmp_path: Path) -> None:
+    spec = spec_for(tmp_path)
+    task = slurm.resolve_env(step_env(1), spec["tasks"], 12345)
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(before)})  # task/cgroup's cpuset: one core for the task
+        env = slurm_task.task_env(spec, task, step_env(1))
+        assert env[contract.ENV_INTEROP_THREADS] == str(contract.INTEROP_THREADS_MIN)
+        mine = slurm_task.task_env(spec, task, {**step_env(1), contract.ENV_INTEROP_THREADS: "3"})
+        assert mine[contract.ENV_INTEROP_THREADS] == "3"  # the site's or user's own value wins
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def test_the_program_is_the_trainer_with_the_tasks_model_dir_or_the_script(tmp_path: Path) -> None:
     argv, cwd = slurm_task.program_argv(spec_for(tmp_path), "chief-0", "/v/bin/python")
     assert argv == ["/v/bin/python", "-m", "trainer", "--model-dir", str(tmp_path / "job/tasks/chief-0"), "--epochs",

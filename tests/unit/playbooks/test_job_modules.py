@@ -61,6 +61,23 @@ def test_rendered_writes_what_differs_with_modes_and_a_diff(tmp_path: Path, caps
     assert run(job, args, capsys)["written"] == [str(tmp_path / "etc/t.env")]
 
 
+@pytest.mark.parametrize(("affinity", "env", "expected"), [
+    ([0], {}, str(contract.INTEROP_THREADS_MIN)),  # a pinned local slot: TensorFlow would size one inter-op thread
+    ([0, 1], {}, None),
+    ([0], {contract.ENV_INTEROP_THREADS: "6"}, "6"),  # the job's own value (ANSIBLE_ARGS' tf_job_extra_env) wins
+])
+def test_rendered_gives_a_one_cpu_task_the_inter_op_floor(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          affinity: list[int], env: dict[str, str],
+                                                          expected: str | None) -> None:
+    args = render_args(tmp_path, ["/bin/true"])
+    args["spec_data"]["cpu_affinity"] = affinity
+    args["env"].update(env)
+    assert run(job, args, capsys)["changed"] is True
+    written = jobspec.parse_env_file((tmp_path / "etc/t.env").read_text())
+    assert written.get(contract.ENV_INTEROP_THREADS) == expected
+    assert run(job, args, capsys)["changed"] is False  # the same decision on a second run
+
+
 def test_rendered_refuses_a_bad_environment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = run(job, {**render_args(tmp_path, ["/bin/true"]), "env": {"BAD NAME": "x"}}, capsys)
     assert out["failed"] and "environment variable name 'BAD NAME' is not valid" in out["msg"]

@@ -107,6 +107,18 @@ def test_a_notice_reaches_the_terminal_escaped() -> None:
     assert "\x1b" not in text
 
 
+def test_the_end_of_a_parameter_server_chief_says_which_servers_were_stopped() -> None:
+    out = io.StringIO()
+    shown = view.View(out, tty=False)
+    shown.handle({"event": "decision", "decision": "done", "message": "every task finished", "servers": []})
+    assert out.getvalue() == ""  # an ordinary end says nothing here: the summary follows
+    shown.handle({"event": "decision", "decision": "done", "servers": ["ps-0"],
+                  "message": "the chief c finished; its ParameterServer tasks still serving (ps-0\x1b[2J) are stopped"})
+    assert "its ParameterServer tasks still serving (ps-0\\x1b[2J) are stopped" in out.getvalue()
+    assert "\x1b" not in out.getvalue()
+    assert shown.decision is not None and shown.decision["servers"] == ["ps-0"]
+
+
 def test_a_host_unreachable_from_here_is_said_on_the_progress_block_escaped() -> None:
     """The wait's note (ssh's own words: host text) sits under the header; the state fits the line."""
     from tfcluster.run.wait import unreachable_state

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from tfcluster.core import contract
 from tfcluster.host import jobspec
+from tfcluster.run import wait
 from tfcluster.run.failure import summarize
 from tfcluster.run.wait import DECISIONS, DONE_DECISION, FAILED_DECISION, STALLED, Settings, decide, remembered_state
 
@@ -447,3 +448,61 @@ def test_a_stall_while_a_host_is_unreachable_names_that_host_too() -> None:
                   (61.0, [training(1, 5), AWAY]), settings=STALL)
     assert (outs[-1]["decision"], outs[-1]["culprit"]) == (STALLED, "w0")
     assert "while w1 is unreachable from here (a host cut from its peers stalls them)" in outs[-1]["message"]
+
+
+# --- a ParameterServer job ends with its chief (issue 36) ------------------------------------------------------------
+PS_SLOTS = {"c0": "chief:0", "p0": "ps:0", "w0": "worker:0", "w1": "worker:1"}
+
+
+def ps_round(states: dict[str, str], *, seen: dict | None = None, now: float = 1000.0,
+             require_done: bool = False, done: bool = True) -> dict[str, Any]:
+    polls = {host: ok(states[host], **({"done": done} if host == "c0" else {})) for host in PS_SLOTS}
+    return decide(polls, PS_SLOTS, seen or {}, now=now, started=900.0,
+                  settings=Settings(chief="c0", require_done=require_done))
+
+
+@pytest.mark.parametrize(("states", "decision", "servers"), [
+    # a script's servers in server.join(): done at once, the three of them to stop
+    ({"c0": SUCCEEDED, "p0": RUNNING, "w0": RUNNING, "w1": RUNNING}, DONE_DECISION, ["p0", "w0", "w1"]),
+    ({"c0": SUCCEEDED, "p0": RUNNING, "w0": SUCCEEDED, "w1": jobspec.RESTARTING}, DONE_DECISION, ["p0", "w1"]),
+    # servers already stopped after their chief (a re-attached wait after the stop): done, nothing left to stop
+    ({"c0": SUCCEEDED, "p0": STOPPED, "w0": STOPPED, "w1": SUCCEEDED}, DONE_DECISION, []),
+    ({"c0": SUCCEEDED, "p0": SUCCEEDED, "w0": SUCCEEDED, "w1": SUCCEEDED}, DONE_DECISION, []),
+    # the chief still trains, or did not succeed: not done
+    ({"c0": RUNNING, "p0": RUNNING, "w0": RUNNING, "w1": RUNNING}, RUNNING, []),
+    ({"c0": PREEMPTED, "p0": RUNNING, "w0": RUNNING, "w1": RUNNING}, PREEMPTED, []),
+    # a server that failed is a failure, whatever the chief did
+    ({"c0": SUCCEEDED, "p0": RUNNING, "w0": FAILED, "w1": RUNNING}, FAILED_DECISION, []),
+])
+def test_a_parameter_server_job_ends_with_its_chief(states: dict[str, str], decision: str, servers: list[str]
+                                                    ) -> None:
+    out = ps_round(states)
+    assert (out["decision"], out["servers"]) == (decision, servers), out["message"]
+    if servers:
+        assert f"the chief c0 finished; its ParameterServer tasks still serving ({', '.join(servers)})" in out[
+            "message"]
+
+
+def test_without_a_ps_task_a_succeeded_chief_does_not_end_the_job() -> None:
+    slots = {"c0": "chief:0", "w0": "worker:0"}
+    out = decide({"c0": ok(SUCCEEDED, done=True), "w0": ok(RUNNING)}, slots, {}, now=1000.0, started=900.0,
+                 settings=Settings(chief="c0"))
+    assert out["decision"] == RUNNING and out["servers"] == []
+
+
+def test_the_trainers_servers_get_a_grace_to_exit_by_themselves() -> None:
+    serving = {"c0": SUCCEEDED, "p0": RUNNING, "w0": RUNNING, "w1": RUNNING}
+    first = ps_round(serving, require_done=True, now=1000.0)
+    assert first["decision"] == RUNNING  # the built-in trainer's servers are told by their chief: they exit 0
+    assert first["seen"]["c0"]["succeeded_since"] == 1000.0
+    within = ps_round(serving, require_done=True, seen=first["seen"], now=1000.0 + wait.SERVERS_GRACE_S - 1)
+    assert within["decision"] == RUNNING
+    beyond = ps_round(serving, require_done=True, seen=within["seen"], now=1000.0 + wait.SERVERS_GRACE_S + 1)
+    assert (beyond["decision"], beyond["servers"]) == (DONE_DECISION, ["p0", "w0", "w1"])
+    gone = ps_round({**serving, "p0": SUCCEEDED, "w0": SUCCEEDED, "w1": SUCCEEDED}, require_done=True,
+                    seen=first["seen"], now=1001.0)
+    assert (gone["decision"], gone["servers"]) == (DONE_DECISION, [])
+    # the trainer's chief must still have written DONE
+    missing = ps_round(serving, require_done=True, seen=within["seen"], done=False,
+                       now=1000.0 + wait.SERVERS_GRACE_S + 1)
+    assert missing["decision"] == FAILED_DECISION and "wrote no DONE marker" in missing["message"]

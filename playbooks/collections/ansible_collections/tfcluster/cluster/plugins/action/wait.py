@@ -39,10 +39,11 @@ from tfcluster.core.text import printable
 from tfcluster.host import jobstatus
 from tfcluster.host.jobspec import JobError
 from tfcluster.run import events
+from tfcluster.run.answer import kind, log_lines, shown
 from tfcluster.run.failure import summarize
 from tfcluster.run.reach import Reach, ReachError
 from tfcluster.run.view import task_line
-from tfcluster.run.wait import OVER, RUNNING, Settings, decide, duration_text, kind, log_lines, shown
+from tfcluster.run.wait import OVER, RUNNING, Settings, decide, duration_text
 
 DOCUMENTATION = r"""
 name: wait
@@ -115,6 +116,8 @@ message: {description: What happened and what to do, type: str}
 log_tail: {description: The culprit's last log lines, type: list}
 error: {description: "The culprit's exception: type, message, frame (null when none was found)", type: dict}
 tasks: {description: One entry per task (host, slot, state, epoch, step, ...), type: list}
+servers: {description: "done - the ps and worker tasks still serving after their ParameterServer chief finished,
+    for the playbook to stop", type: list}
 elapsed: {description: Seconds waited, type: float}
 """
 
@@ -561,6 +564,7 @@ class ActionModule(ActionBase):
             log_tail = log_lines((polls.get(culprit) or {}).get("status"))
             error = summarize(log_lines(poll(targets[culprit], SUMMARY_LINES, 60.0).get("status")) or log_tail)
         events.emit("decision", decision=out["decision"], culprit=culprit, message=out["message"],
-                    log_tail=log_tail, error=error)
+                    log_tail=log_tail, error=error, servers=out["servers"])
         return {"changed": False, "decision": out["decision"], "culprit": culprit, "message": out["message"],
-                "log_tail": log_tail, "error": error, "tasks": out["tasks"], "elapsed": out["elapsed"]}
+                "log_tail": log_tail, "error": error, "tasks": out["tasks"], "servers": out["servers"],
+                "elapsed": out["elapsed"]}

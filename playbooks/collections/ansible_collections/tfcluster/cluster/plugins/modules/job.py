@@ -105,6 +105,7 @@ from ansible_collections.tfcluster.cluster.plugins.module_utils.core.files impor
 from ansible_collections.tfcluster.cluster.plugins.module_utils.host.jobhome import prepare as prepare_home
 from ansible_collections.tfcluster.cluster.plugins.module_utils.host.jobspec import render_env_file
 from ansible_collections.tfcluster.cluster.plugins.module_utils.host.supervisor import finalize, start, stop
+from ansible_collections.tfcluster.cluster.plugins.module_utils.host.tfthreads import usable_cpus, with_interop_floor
 
 LOG_MODE = 0o640  # the task's log: root writes it (the supervisor), the job's group reads it, nobody else
 
@@ -211,7 +212,9 @@ def render(module: AnsibleModule) -> dict[str, Any]:
         out.directory(path, 0o755)
     out.directory(data["model_dir"], 0o750, data.get("user"), data.get("group"))
     try:
-        env_text = render_env_file(params["env"], params["header"])
+        # The task's CPUs as it will run (pinned, or this host's): on one, the inter-op floor (host/tfthreads.py).
+        env = with_interop_floor(params["env"], usable_cpus(data.get("cpu_affinity") or ()))
+        env_text = render_env_file(env, params["header"])
     except ValueError as error:  # JobError (of either copy: see jobspec.JobError)
         module.fail_json(msg=str(error))
     out.file(data["env_file"], env_text, 0o640, group)
