@@ -23,6 +23,10 @@ EPOCHS   ?=## override the trainer's epoch count
 MAX_DURATION ?=## job deadline, e.g. 4h: every task saves a backup and stops; a re-run resumes
 STALL    ?=## time without progress that stops the job, e.g. 20m, or off (default 10m while the trainer trains; off for SCRIPT)
 UNREACHABLE_GRACE ?=## how long a host may stay unreachable from this machine before the job fails (default 30m)
+STRAGGLER ?=## a task this far under the others' pace is named: 15% (default, for 2 min), 25%,5m, or off
+HANG   ?=## no task stepping for this many times its usual step time is a hang, stacks shown: 10 (default) or off
+NETCHECK ?=## the network check before the start: on (default: each link measured, slow ones named), strict, off
+RECOVER ?=## CLUSTER=aws: replace a lost host alone and resume, up to N times (default 1 on spot clusters, else 0)
 VERBOSE  ?=## 1: show Terraform's and Ansible's whole output (always in artifacts/<cluster>/<job>/logs/)
 AUTO_APPROVE ?=## set to 1 to apply/destroy on AWS without the confirmation prompt
 IDLE     ?=## autostop: idle time before a host powers itself off: 10 (minutes), 30m, 2h, off (provision: the boot guard's)
@@ -43,7 +47,7 @@ ANSIBLE_ARGS ?=## extra ansible-playbook arguments (trusted), e.g. -e tf_job_sta
 WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tfcluster.prepare.wheelhouse)
 export CLUSTER WORKERS JOB STRATEGY HOSTS SLURM SCRIPT SCRIPT_ARGS SCRIPT_REQUIREMENTS KERAS TRAINER_ARGS EPOCHS
 export BASE MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE YES IDLE MODE DOWN TTL DATASETS PREPARE
-export STALL UNREACHABLE_GRACE
+export STALL UNREACHABLE_GRACE STRAGGLER HANG NETCHECK RECOVER
 export AMI ALL_OR_NOTHING
 
 VENV := .venv
@@ -92,6 +96,10 @@ collect: setup-cluster ## Bring the chief's checkpoint into artifacts/<cluster>/
 .PHONY: status
 status: setup-cluster ## Each task's state and progress
 	$(TFC) status
+
+.PHONY: stacks
+stacks: setup-cluster ## Every task's Python stacks, the task behind first (py-spy on each host; a job that seems stuck)
+	$(TFC) stacks
 
 .PHONY: logs
 logs: setup-cluster ## Follow the chief's job log live (HOST=name: that host's); ends with the job or Ctrl-C

@@ -35,6 +35,9 @@ from bench import emit
 
 REPO = Path(__file__).resolve().parents[1]
 TEARDOWN_GOAL_S = 1.0  # fit_teardown_s: the last epoch's end to fit returning
+# The goal that replaced "trainer >= 2.5x the reference" (above what this model can reach here at all, docs/trainer.md):
+# the trainer takes the machine's ceiling for the model, within noise.
+SHARE_GOAL = 0.95
 STARTUP_MARKS = ("imports", "tensorflow", "data", "strategy", "model", "resume", "fit_start", "first_step")
 
 # Per-epoch wall times, shared by the two measurement scripts below.
@@ -163,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     reachable = ceiling["examples_per_sec"] / ref["examples_per_sec"]
     share = ours["examples_per_sec"] / ceiling["examples_per_sec"]
     result = {"reference_examples_per_sec": round(ref["examples_per_sec"], 1),
-              "trainer_examples_per_sec": ours["examples_per_sec"], "ratio": round(ratio, 2), "goal": 2.5,
+              "trainer_examples_per_sec": ours["examples_per_sec"], "ratio": round(ratio, 2),
+              "trainer_share_goal": SHARE_GOAL,
               "ceiling_examples_per_sec": round(ceiling["examples_per_sec"], 1),
               "ceiling_ratio": round(reachable, 2), "trainer_share_of_ceiling": round(share, 2),
               "reference_epoch_seconds": [round(s, 2) for s in ref["epoch_seconds"]],
@@ -177,9 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"reference pipeline : {ref['examples_per_sec']:10.0f} examples/s")
     print(f"tfcluster trainer  : {ours['examples_per_sec']:10.0f} examples/s")
     print(f"compute ceiling    : {ceiling['examples_per_sec']:10.0f} examples/s  (one constant batch, no pipeline)")
-    print(f"ratio              : {ratio:10.2f}x  (goal >= 2.5x)")
+    print(f"ratio              : {ratio:10.2f}x  (trainer / reference; the ceiling below bounds it)")
     print(f"ceiling / reference: {reachable:10.2f}x  (the most any input pipeline can reach on this machine)")
-    print(f"trainer / ceiling  : {share:10.2f}")
+    shared = "met" if share >= SHARE_GOAL else "MISSED"
+    print(f"trainer / ceiling  : {share:10.2f}   (goal >= {SHARE_GOAL:g}: {shared})")
     worst = max(teardowns)
     print(f"fit teardown       : {worst:10.2f} s  (goal <= {TEARDOWN_GOAL_S:g} s: "
           f"{'met' if worst <= TEARDOWN_GOAL_S else 'MISSED'}; worst of {len(teardowns)})")

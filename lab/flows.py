@@ -162,6 +162,19 @@ class Flows:
         return [str(ANSIBLE_PLAYBOOK), "-i", str(INVENTORY), str(PLAYBOOKS / playbook), "-e", json.dumps(evars),
                 *args]
 
+    def command(self, command: str, hosts_file: Path, job: str, extra_vars: Mapping[str, object] | None = None,
+                make_vars: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+        """The `tfcluster COMMAND` a user's `make COMMAND CLUSTER=onprem HOSTS=...` runs on these hosts (argv, env):
+        the flow's settings as trusted extra vars (ANSIBLE_ARGS), the lab's access from its environment."""
+        evars = {"python_runtime_wheelhouse": str(self.wheelhouse), **self.common_vars, **(extra_vars or {})}
+        if PLAYBOOKS != REPO / "playbooks":
+            evars["tfcluster_root"] = str(REPO)
+        env = {**self.env(hosts_file), "CLUSTER": "onprem", "HOSTS": str(hosts_file), "JOB": job,
+               "TFCLUSTER_CLUSTER": f"lab-{self.lab.paths.lab}", "ANSIBLE_ARGS": f"-e {shlex.quote(json.dumps(evars))}",
+               **(make_vars or {})}
+        env.pop("ANSIBLE_CALLBACKS_ENABLED", None)  # the command's own events callback
+        return [str(VENV_BIN / "tfcluster"), command], env
+
     def artifacts(self, job: str) -> Path:
         return self.workdir / "artifacts" / job
 

@@ -16,8 +16,9 @@ import tf_keras as keras
 
 from trainer import artifacts
 from trainer.backup import Agreement, TaskBackup
+from trainer.model import STEP_COMPUTE
 from trainer.stop import PREEMPTED, STOPPED, TRAINING, StopRequest
-from trainer.timeline import Plan, Timeline, eta_seconds
+from trainer.timeline import Pace, Plan, Timeline, eta_seconds
 
 LOG = logging.getLogger("trainer.train")
 # What the tasks all-gather at a stop check: the highest code of any task wins (a spot notice over SIGTERM).
@@ -34,12 +35,13 @@ class Timings:
 
 
 class Progress(keras.callbacks.Callback):
-    """status.json updates (epoch/step, examples/s, loss, accuracy, ETA) and epoch timings."""
+    """status.json updates (epoch/step, the recent pace, loss, accuracy, ETA) and epoch timings."""
 
     def __init__(self, status: artifacts.StatusWriter, plan: Plan, timeline: Timeline, stop: StopRequest) -> None:
         super().__init__()
         self.status, self.plan, self.timeline, self.stop = status, plan, timeline, stop
         self.t = Timings()
+        self.pace = Pace(plan.global_batch)
         self._epoch = 0
         self._epoch_start = 0.0
         self._last_step = 0
@@ -80,8 +82,11 @@ class Progress(keras.callbacks.Callback):
             self.status.update(force=True, startup_s=self.timeline.marks)
         elapsed = now - self._epoch_start
         rate = (batch + 1) * self.plan.global_batch / elapsed if elapsed > 0 else 0.0
+        compute = (logs or {}).get(STEP_COMPUTE)
+        self.pace.step(now, time.time(), self._steps_done, float(compute) if compute is not None else None)
+        pace = self.pace.fields()
         self.status.update(epoch=self._epoch + 1, epochs_done=self._epoch, step=batch + 1,
-                           examples_per_sec=round(rate, 1),
+                           **{**pace, "examples_per_sec": pace["examples_per_sec"] or round(rate, 1)},
                            eta_seconds=eta_seconds(self.plan, self._epoch, batch + 1, self._steps_per_sec(now)))
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:

@@ -5,14 +5,18 @@ The list of models is :data:`trainer.config.MODELS` (layer specs as data); this 
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
+import tensorflow as tf
 import tf_keras as keras
 
 from trainer.config import MODELS
 from trainer.data import IMAGE_SHAPE, NUM_CLASSES
 
 OUTPUT_SEED_OFFSET = 3
+# The train step's own output: seconds from the step's start to its gradients (docs/trainer.md "status.json").
+STEP_COMPUTE = "step_compute_s"
 
 
 def _layer(spec: tuple[Any, ...], seed: int) -> list[keras.layers.Layer]:
@@ -52,3 +56,29 @@ def compile_model(model: keras.Model, learning_rate: float, steps_per_execution:
     model.compile(optimizer=keras.optimizers.Adam(learning_rate),
                   loss=keras.losses.SparseCategoricalCrossentropy(),
                   metrics=["accuracy"], steps_per_execution=steps_per_execution, jit_compile=jit_compile)
+
+
+def timed_train_step(model: keras.Model, data: Any) -> dict[str, Any]:
+    """Keras' train step (forward, loss, gradients, the optimizer's update: ``minimize`` is ``compute_gradients`` then
+    ``apply_gradients``) that also returns :data:`STEP_COMPUTE`, the seconds from the step's start to its gradients:
+    before the optimizer's gradient all-reduce. Under MultiWorkerMirrored the all-reduce evens every worker's step
+    rate, but this time is each worker's own (Keras reduces a train step's outputs to the first local replica), so a
+    slow host shows in it. Not under XLA (``tf.timestamp`` is not compiled); on a GPU it sees when the kernels were
+    queued, so it measures the host's side of the step."""
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    start = tf.timestamp()
+    with tf.control_dependencies([start]):
+        x = tf.nest.map_structure(tf.identity, x)
+    with tf.GradientTape() as tape:
+        y_pred = model(x, training=True)
+        loss = model.compute_loss(x, y, y_pred, sample_weight)
+    grads_and_vars = model.optimizer.compute_gradients(loss, model.trainable_variables, tape)
+    with tf.control_dependencies([g for g, _ in grads_and_vars if g is not None]):
+        computed = tf.timestamp()
+    model.optimizer.apply_gradients(grads_and_vars)
+    return {**model.compute_metrics(x, y, y_pred, sample_weight), STEP_COMPUTE: computed - start}
+
+
+def time_steps(model: keras.Model) -> None:
+    """Give ``model`` :func:`timed_train_step` (an instance attribute: the class, and so what is saved, is Keras')."""
+    model.train_step = types.MethodType(timed_train_step, model)

@@ -5,8 +5,10 @@ No TensorFlow here."""
 from __future__ import annotations
 
 import os
+import statistics
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 
 def process_age() -> float:
@@ -57,3 +59,46 @@ def eta_seconds(plan: Plan, epoch: int, step: int, steps_per_sec: float) -> floa
         return None
     remaining = (plan.epochs - epoch - 1) * plan.steps + (plan.steps - step)
     return round(max(0, remaining) / steps_per_sec, 1)
+
+
+PACE_WINDOW_S = 60.0  # the recent window of a task's pace in status.json
+
+
+@dataclass
+class Pace:
+    """A task's recent pace, for status.json: steps/s and examples/s over the last ``window`` seconds, the time of
+    its last completed step (this host's clock) and the mean compute time of a step over the window (the time a
+    step spends before its gradient all-reduce, where the trainer can time it). ``step`` is called with the steps
+    done so far at each report; clocks are passed in."""
+
+    global_batch: int
+    window: float = PACE_WINDOW_S
+    _steps: deque[tuple[float, int]] = field(default_factory=deque)
+    _compute: deque[tuple[float, float]] = field(default_factory=deque)
+    last_step_at: float | None = None
+
+    def step(self, mono: float, wall: float, steps_done: int, compute_s: float | None = None) -> None:
+        if self._steps and steps_done <= self._steps[-1][1]:
+            return
+        self._steps.append((mono, steps_done))
+        self.last_step_at = wall
+        if compute_s is not None and compute_s >= 0:
+            self._compute.append((mono, compute_s))
+        for kept in (self._steps, self._compute):
+            while len(kept) > 1 and kept[0][0] < mono - self.window:
+                kept.popleft()
+
+    def steps_per_sec(self) -> float | None:
+        if len(self._steps) < 2 or self._steps[-1][0] <= self._steps[0][0]:
+            return None
+        (t0, s0), (t1, s1) = self._steps[0], self._steps[-1]
+        return (s1 - s0) / (t1 - t0)
+
+    def fields(self) -> dict[str, float | None]:
+        """``steps_per_sec``, ``examples_per_sec`` (the window's; None until two reports), ``last_step_at``,
+        ``step_compute_s`` (the window's mean; None where steps are not timed)."""
+        rate = self.steps_per_sec()
+        return {"steps_per_sec": None if rate is None else round(rate, 3),
+                "examples_per_sec": None if rate is None else round(rate * self.global_batch, 1),
+                "last_step_at": self.last_step_at,
+                "step_compute_s": round(statistics.fmean(c for _, c in self._compute), 6) if self._compute else None}

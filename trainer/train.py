@@ -27,7 +27,7 @@ from trainer import strategy as strategies
 from trainer.backup import Agreement, TaskBackup, restore_newest
 from trainer.callbacks import AgreedStop, BackupEveryEpoch, EpochProgress, LocalStop, Progress
 from trainer.config import Invocation, TrainConfig
-from trainer.model import build_model, compile_model, set_precision
+from trainer.model import build_model, compile_model, set_precision, time_steps
 from trainer.stop import FINISHING, StopRequest
 from trainer.timeline import Plan, Timeline, plan_for
 
@@ -215,6 +215,8 @@ def build(r: Run, strategy: tf.distribute.Strategy, plan: Plan) -> keras.Model:
         model = build_model(cfg.model.name, cfg.data.seed)
         compile_model(model, cfg.optimisation.learning_rate, min(cfg.optimisation.steps_per_execution, plan.steps),
                       _jit(r.inv))
+        if not _jit(r.inv) and not r.is_ps:  # each task's compute time a step, for the straggler (tfcluster/run)
+            time_steps(model)
         model.optimizer.build(model.trainable_variables)
     r.timeline.mark("model")
     return model

@@ -86,3 +86,8 @@ output "autostop" {
   description = "The boot guard in the hosts' user data { guard, settings }."
   value       = module.cluster.autostop
 }
+
+output "spot" {
+  description = "Whether the hosts are one-time spot instances (make train then replaces a lost one and resumes by default: RECOVER=1)."
+  value       = module.cluster.spot
+}

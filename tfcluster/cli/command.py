@@ -47,6 +47,11 @@ def run_events(events_file: Path) -> list[dict[str, Any]]:
             found.append(event)
     return found
 
+# Settings that reach the roles as tfcluster_<name> when given (checked values: trusted); the roles' defaults hold
+# otherwise. straggler..recover: job health (tfcluster/cli/health_knobs.py).
+OPTIONAL_KNOBS = ("epochs", "max_duration", "stall", "unreachable_grace", "straggler", "hang", "netcheck", "recover")
+
+
 def playbook_vars(settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
     """(trusted, untrusted) extra vars: names checked against the contract are trusted; a user's paths and
     arguments are untrusted (marked unsafe: never templated)."""
@@ -59,14 +64,9 @@ def playbook_vars(settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
         untrusted["tfcluster_script_requirements"] = str(settings.script_requirements)
     if settings.trainer_args:
         untrusted["tfcluster_trainer_args"] = list(settings.trainer_args)
-    if settings.epochs is not None:
-        trusted["tfcluster_epochs"] = settings.epochs
-    if settings.max_duration is not None:
-        trusted["tfcluster_max_duration"] = settings.max_duration
-    if settings.stall is not None:
-        trusted["tfcluster_stall"] = settings.stall
-    if settings.unreachable_grace is not None:
-        trusted["tfcluster_unreachable_grace"] = settings.unreachable_grace
+    for name in OPTIONAL_KNOBS:
+        if getattr(settings, name) is not None:
+            trusted[f"tfcluster_{name}"] = getattr(settings, name)
     if settings.datasets:
         trusted["tfcluster_datasets"] = list(settings.datasets)
     if settings.prepare_force:

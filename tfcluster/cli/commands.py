@@ -8,6 +8,7 @@ import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from tfcluster.cli import recovery
 from tfcluster.cli.command import (
     EXIT_FAILED,
     EXIT_OK,
@@ -26,6 +27,7 @@ from tfcluster.core.duration import format_duration
 from tfcluster.core.text import printable
 from tfcluster.run import ansible as runner
 from tfcluster.run import follow
+from tfcluster.run.view import straggler_notes
 
 
 # --- commands -------------------------------------------------------------------------------------------------------
@@ -61,8 +63,8 @@ def _by_transport(cmd: Command, action: str) -> int | None:
     from tfcluster.cli import scheduled
 
     code = getattr(scheduled, action)(cmd, transport)
-    if action in ("train", "wait") and code == EXIT_OK:
-        for text in job_summary(cmd.job_dir):
+    if action in ("train", "wait"):
+        for text in [*(job_summary(cmd.job_dir) if code == EXIT_OK else []), *summary_of_health(cmd)]:
             cmd.say(printable(text))
     return code
 
@@ -73,18 +75,30 @@ def cmd_train(cmd: Command) -> int:
         warning = expiry_warning(cmd.s.max_duration, cmd.s.kind.expires_at(cmd.s.target), datetime.now(timezone.utc))
         if warning:
             cmd.say(warning)
+    if recovery.intro(cmd.s, recovery.budget(cmd.s)):
+        cmd.say(recovery.intro(cmd.s, recovery.budget(cmd.s)))
     with cluster_lock(cmd.s, "train"), job_lock(cmd.s):
         run = ledger.start_run(cmd.job_dir, cmd.s.cluster_name)  # before anything starts: an interrupt leaves it
         code = cmd.playbook("train.yml", "train")
+        if code != 0:  # a lost host: its slot replaced alone and the job resumed (RECOVER; tfcluster/cli/recovery.py)
+            code = recovery.recover(cmd, run, lambda: cmd.playbook("train.yml", "train"))
         began = gang_start_ran(cmd.events)
         _end_run(cmd, run, began=began)
+    stragglers = summary_of_health(cmd)
     if code != 0:
-        for text in still_running(cmd.s):  # a failed run costs as much per hour as a finished one
+        for text in [*stragglers, *still_running(cmd.s)]:  # a failed run costs as much per hour as a finished one
             cmd.say(printable(text))
         return EXIT_FAILED
-    for text in [*job_summary(cmd.job_dir), *still_running(cmd.s)]:
+    for text in [*job_summary(cmd.job_dir), *stragglers, *still_running(cmd.s)]:
         cmd.say(printable(text))  # metrics.json values, EC2 tags, an exception's text
     return EXIT_OK
+
+
+def summary_of_health(cmd: Command) -> list[str]:
+    """The tasks the wait named as stragglers (their longest episode), from this command's decision."""
+    from tfcluster.cli import summary
+
+    return summary.straggler_lines(cmd.view.decision)
 
 def _end_run(cmd: Command, run: str, *, began: bool = True) -> None:
     """The ledger's end of ``run`` from this command's events (decision, collected version)."""
@@ -104,11 +118,12 @@ def cmd_wait(cmd: Command) -> int:
             run = ledger.start_run(cmd.job_dir, cmd.s.cluster_name)
         code = cmd.playbook("wait.yml", "wait")
         _end_run(cmd, run)
+    stragglers = summary_of_health(cmd)
     if code != 0:
-        for text in still_running(cmd.s):
+        for text in [*stragglers, *still_running(cmd.s)]:
             cmd.say(printable(text))
         return EXIT_FAILED
-    for text in [*job_summary(cmd.job_dir), *still_running(cmd.s)]:
+    for text in [*job_summary(cmd.job_dir), *stragglers, *still_running(cmd.s)]:
         cmd.say(printable(text))
     return EXIT_OK
 
@@ -139,7 +154,17 @@ def cmd_status(cmd: Command) -> int:
     if cmd.view.tasks:
         for text in follow.status_table(cmd.view.tasks, autostop=follow.read_autostop(autostop_file)):
             cmd.say(f"  {text}")
+        for text in straggler_notes(cmd.view.tasks):  # its pace against the others' now (STRAGGLER)
+            cmd.say(f"  {text}")
     return EXIT_OK if code == 0 else EXIT_FAILED
+
+def cmd_stacks(cmd: Command) -> int:
+    """make stacks: every task's Python stacks, the task behind first (py-spy on each host; reads only)."""
+    if cmd.s.kind.transport(cmd.s.target) is not None:
+        raise CommandError(f"make stacks reads each task's stacks over its host's SSH; CLUSTER={cmd.s.cluster} runs "
+                           "its tasks through a scheduler. Fix: make logs (the chief's output), or py-spy dump "
+                           "--pid PID on the node")
+    return EXIT_OK if cmd.playbook("stacks.yml", "stacks") == 0 else EXIT_FAILED
 
 def cmd_logs(cmd: Command) -> int:
     if (code := _by_transport(cmd, "logs")) is not None:

@@ -26,6 +26,7 @@ from tfcluster.core.text import printable
 from tfcluster.kinds import JobRequest, KindError
 from tfcluster.run import follow, scheduled
 from tfcluster.run import wait as decision
+from tfcluster.run.health import HealthSettings
 from tfcluster.run.view import failure_lines
 
 RECORD = "slurm.json"  # artifacts/<cluster>/<job>/: the job the last train submitted (or re-attached to)
@@ -49,8 +50,11 @@ def wait_settings(cmd: Command, chief: str, *, retrying: bool = True) -> decisio
         values["stall_timeout"] = float(stall)
     if grace is not None:
         values["unreachable_grace"] = float(grace)
+    straggler, hang = getattr(cmd.s, "straggler", None) or {}, getattr(cmd.s, "hang", None)
+    health = HealthSettings(**{k: float(v) for k, v in straggler.items() if k in ("below", "after")},
+                            **({} if hang is None else {"hang_factor": float(hang)}))
     return decision.Settings(chief=chief, require_done=True, max_duration=float(cmd.s.max_duration or 0),
-                             retrying=retrying, **values)
+                             retrying=retrying, health=health, **values)
 
 
 def _record_file(cmd: Command) -> Path:

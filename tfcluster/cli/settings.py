@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfcluster import kinds
+from tfcluster.cli import health_knobs
 from tfcluster.core import contract
 from tfcluster.core.contract import Problem
 from tfcluster.core.duration import (
@@ -56,6 +57,10 @@ class Settings:
     max_duration: int | None = None  # seconds
     stall: int | None = None  # STALL: seconds without progress, 0 off; None: the role's (10 min; off for a SCRIPT)
     unreachable_grace: int | None = None  # UNREACHABLE_GRACE: seconds; None: the role's (30 min)
+    straggler: dict[str, float] | None = None  # STRAGGLER: {"below", "after"}; None: the role's (15 %, 2 min)
+    hang: float | None = None  # HANG: a factor of a task's usual time between steps, 0 off; None: the role's (10)
+    netcheck: str | None = None  # NETCHECK: on | strict | off; None: the role's (on)
+    recover: int | None = None  # RECOVER: recoveries of a lost AWS host; None: the kind's (1 on spot, else 0)
     autostop: dict[str, object] = field(default_factory=dict)  # make autostop IDLE=... MODE=...: the role's vars
     ttl: int | None = None  # TTL: seconds of the cluster's lifetime (None: off, or the default of the provision)
     down: str | None = None  # DOWN=1: an idle AWS host terminates ("terminate"); DOWN=0: it stops ("stop")
@@ -305,6 +310,10 @@ def load(env: Mapping[str, str]) -> Settings:
         max_duration=_duration(env, "MAX_DURATION", problems),
         stall=_stall(env, problems),
         unreachable_grace=_unreachable_grace(env, problems),
+        straggler=health_knobs.straggler(env, problems),
+        hang=health_knobs.hang(env, problems),
+        netcheck=health_knobs.netcheck(env, problems),
+        recover=health_knobs.recover(env, problems),
         autostop=_autostop(env, problems),
         ttl=_duration(env, "TTL", problems),
         down=_down(env, cluster, problems),

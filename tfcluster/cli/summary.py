@@ -20,6 +20,7 @@ from typing import Any
 from tfcluster.collect.ledger import collected_dir
 from tfcluster.core import contract
 from tfcluster.core.text import printable
+from tfcluster.run import health
 
 LOG = logging.getLogger("tfcluster.cli.summary")
 PLOT_NAME = "training.png"
@@ -62,6 +63,21 @@ def _cluster(metrics: Mapping[str, Any]) -> str:
         return (f"chief + {printable(tasks.get(contract.PS), VALUE_LIMIT)} ps + "
                 f"{printable(tasks.get(contract.WORKER, 0), VALUE_LIMIT)} worker(s)")
     return f"{_value(metrics, 'workers')} worker(s)"
+
+
+def straggler_lines(decision: Mapping[str, Any] | None) -> list[str]:
+    """``stragglers:   worker-1 ran 31 % below the others for 6 min`` per task the wait named (each task's longest
+    episode, from the decision event: tfcluster/run/health.py); host names are host text, escaped."""
+    found = (decision or {}).get("stragglers")
+    if not isinstance(found, Mapping):
+        return []
+    texts = []
+    for host, episode in found.items():
+        try:
+            texts.append(health.straggler_text(printable(host, VALUE_LIMIT), episode))
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError):
+            continue
+    return [f"{'stragglers:' if i == 0 else '':<14}{text}" for i, text in enumerate(texts)]
 
 
 def summary_lines(metrics: Mapping[str, Any], artifacts: Path, plot: Path | None) -> list[str]:

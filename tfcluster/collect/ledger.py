@@ -125,6 +125,14 @@ def end_run(directory: Path, run: str, decision: str | None, version: str | None
             record.update(state=ENDED, decision=NOT_STARTED)
 
 
+def record_recovery(directory: Path, run: str, entry: Mapping[str, Any]) -> None:
+    """A lost host replaced during run ``run`` (`make train` with RECOVER): ``recoveries`` gets ``entry`` (slot,
+    why, seconds, steps_lost, at)."""
+    with _update(directory) as record:
+        if record.get("run") == run:
+            record["recoveries"] = [*record.get("recoveries", []), dict(entry)]
+
+
 def record_collect(directory: Path, cluster_name: str, version: str | None) -> None:
     """`make collect`: the run's result is home when this collect installed a copy; else nothing changes."""
     if not version:

@@ -108,9 +108,11 @@ JOB_HOME_ENV: dict[str, str] = {"HOME": "", "XDG_CACHE_HOME": ".cache", "KERAS_H
                                 "TFDS_DATA_DIR": "tensorflow_datasets", "HF_HOME": ".cache/huggingface",
                                 "MPLCONFIGDIR": ".config/matplotlib", "CUDA_CACHE_PATH": ".cache/nv/ComputeCache"}
 # status.json: what every task writes (the built-in trainer; a user's script may write the same keys) and the
-# progress view reads. `state` is free text of the program (starting, training, exporting, done, ...).
+# progress view reads. `state` is free text of the program (starting, training, exporting, done, ...). The pace
+# (steps_per_sec, last_step_at, step_compute_s) is what the straggler and hang checks read (tfcluster/run/health.py).
 STATUS_FIELDS: tuple[str, ...] = ("state", "task", "epoch", "epochs", "step", "steps_per_epoch",
-                                  "examples_per_sec", "loss", "accuracy", "eta_seconds", "updated_at")
+                                  "examples_per_sec", "loss", "accuracy", "eta_seconds", "updated_at",
+                                  "steps_per_sec", "last_step_at", "step_compute_s")
 
 
 def unit_name(job: str) -> str:

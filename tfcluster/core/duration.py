@@ -138,6 +138,16 @@ def parse_settings(values: dict[str, object]) -> dict[str, int | None]:
     return parsed
 
 
+def duration_text(seconds: float) -> str:
+    """A duration in a sentence: ``45 s``, ``6 min``, ``4 min 5 s``, ``2.5 h``."""
+    seconds = round(seconds)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min" + (f" {seconds % 60} s" if seconds % 60 else "")
+    return f"{seconds / 3600:.1f} h"
+
+
 def format_duration(seconds: float | None) -> str:
     """``5400`` -> ``1h30m``; ``45`` -> ``45s``; ``0`` -> ``0s``; None -> ``off``. At most two parts, rounded down
     (``1d3h``), so listings stay short."""

@@ -253,6 +253,31 @@ def model_dir_facts(model_dir: str) -> dict[str, Any]:
     return facts
 
 
+def process_facts(pid: object, proc: str = "/proc") -> dict[str, Any] | None:
+    """What the task's process is doing, from /proc: its main thread's state letter (``R`` running, ``S`` waiting,
+    ``D`` in I/O, ``T`` stopped, ...) and how many of its threads are running. A job stuck in a collective waits in
+    every task but the one behind: stopped, or still computing (tfcluster/run/health.py). None when unknown."""
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return None
+    letters = []
+    try:
+        tasks = os.listdir(f"{proc}/{pid}/task")[:4096]
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            with open(f"{proc}/{pid}/task/{tid}/stat", "rb") as handle:
+                letters.append(handle.read(4096).rsplit(b")", 1)[1].split()[0].decode("ascii", "replace"))
+        except (OSError, IndexError):
+            continue
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as handle:
+            main = handle.read(4096).rsplit(b")", 1)[1].split()[0].decode("ascii", "replace")
+    except (OSError, IndexError):
+        return None
+    return {"state": main[:1], "running_threads": sum(letter == "R" for letter in letters)}
+
+
 def status(spec_file: str, unit: str | None = None, lines: int | None = None) -> dict[str, Any]:
     """The task's status (see the module docstring)."""
     spec = load_spec(spec_file)
@@ -262,7 +287,7 @@ def status(spec_file: str, unit: str | None = None, lines: int | None = None) ->
     result = unit_status(unit, count, spec["run_dir"], deadline) if unit else process_status(spec, count)
     result.update(model_dir_facts(spec["model_dir"]))
     result.update(name=spec["name"], model_dir=spec["model_dir"], max_duration=spec.get("max_duration") or 0,
-                  now=time.time())
+                  now=time.time(), process=process_facts(result.get("pid")))
     return result
 
 

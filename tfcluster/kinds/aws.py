@@ -68,6 +68,26 @@ class Aws(Kind):
                 toolchain.ToolchainError) as exc:
             raise KindError(str(exc)) from None
 
+    def recover_default(self, target: Target) -> int:
+        """1 on a spot cluster (AWS reclaims its hosts with two minutes' notice), else 0."""
+        return 1 if self.outputs(target).get("spot") is True else 0
+
+    def lost_slots(self, target: Target) -> dict[str, str]:
+        from tfcluster.provision import recover
+
+        return recover.lost_slots(self.ec2(target), self.outputs(target))
+
+    def replace_slot(self, target: Target, slot: str) -> list[str]:
+        from tfcluster.provision import recover
+
+        tf_dir = self.tf_dir(target)
+        assert tf_dir is not None
+        try:
+            return recover.replace_slot(tf_dir, toolchain.terraform_env(dict(os.environ), provider=self.provider),
+                                        slot)
+        except (ProvisionError, known_hosts.KnownHostsError, awscheck.AwsCheckError, toolchain.ToolchainError) as exc:
+            raise KindError(str(exc)) from None
+
     def instance_slots(self, target: Target) -> dict[str, str]:
         from tfcluster.cost import clusters
 

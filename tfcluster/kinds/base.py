@@ -195,3 +195,20 @@ class Kind:
     def expires_at(self, target: Target) -> datetime | None:
         """When the cluster expires (its hosts power off then: TTL, the tfcluster:expires tag), or None."""
         return None
+
+    # --- recovery ---------------------------------------------------------------------------------------------------
+    def recover_default(self, target: Target) -> int:
+        """RECOVER when not given: how many times `make train` replaces a lost host and resumes (0: it never does;
+        a lost host is reported with the command that restarts the job once the user brought it back)."""
+        return 0
+
+    def lost_slots(self, target: Target) -> dict[str, str]:
+        """{slot name: why} of the hosts the cluster lost (an instance terminated, stopped, or failing its status
+        checks); {} for a kind whose hosts tfcluster does not own."""
+        return {}
+
+    def replace_slot(self, target: Target, slot: str) -> list[str]:
+        """Replace one lost slot's machine alone (lines to print); a kind without instances refuses."""
+        raise KindError(f"CLUSTER={self.name} does not own its hosts: tfcluster cannot replace {slot}. Fix: bring the "
+                        "host back, then run make train again (it resumes from the newest backup)")
+

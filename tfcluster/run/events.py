@@ -10,11 +10,15 @@ Kinds and their fields (every event also has ``event`` and ``t``, the Unix time)
   stage_end     name, seconds, ok (bool), tasks     a play ended; tasks: how many of its tasks started
   task_failed   host, task, msg                     a task failed or a host was unreachable
   progress      elapsed, decision, note, tasks: [{host, slot, state, epoch, epochs, step, steps_per_epoch,
-                examples_per_sec, loss, accuracy, eta_seconds, age_seconds, restarts}]
+                examples_per_sec, loss, accuracy, eta_seconds, age_seconds, restarts, steps_per_sec,
+                step_compute_s, straggler: {below, seconds}}]
                 note: the hosts unreachable from here, with ssh's error ("" when every host answered)
-  decision      decision, culprit, message, log_tail: [str], error: {type, message, frame} | null
+  decision      decision, culprit, message, log_tail: [str], error: {type, message, frame} | null, servers: [str],
+                stragglers: {host: {below, seconds}}
                 decision: one of run/wait.py's DECISIONS; ``unreachable`` (no host answered beyond the grace)
-                stopped nothing, and the job may still run
+                stopped nothing, and the job may still run; servers: the ParameterServer tasks stopped after their
+                chief; stragglers: each task's longest named episode (tfcluster/run/health.py)
+  stacks        lines: [str]                        every task's Python stacks, escaped (tfcluster/run/stacks.py)
   collected     dest, files, bytes, changed (bool)
   notice        msg[, host]                         text for the terminal (a tfcluster_notice task, the wait)
 """
@@ -28,7 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 ENV = "TFCLUSTER_EVENTS"
-KINDS = ("stage_start", "stage_end", "task_failed", "progress", "decision", "collected", "notice")
+KINDS = ("stage_start", "stage_end", "task_failed", "progress", "decision", "collected", "notice", "stacks")
 NOTICE_TAG = "tfcluster_notice"  # a debug task with this tag: its msg reaches the terminal as a notice
 
 

@@ -98,7 +98,8 @@ def decision_event(result: Mapping[str, Any]) -> dict[str, Any]:
     error = progress.get("error")
     event: dict[str, Any] = {"event": "decision", "decision": result.get("decision"), "culprit": culprit,
                              "message": result.get("message"), "log_tail": answer.log_lines(status),
-                             "servers": list(result.get("servers") or [])}
+                             "servers": list(result.get("servers") or []),
+                             "stragglers": dict(result.get("stragglers") or {})}
     if isinstance(error, str) and error:
         event["error"] = {"type": "error", "message": error}
     return event

@@ -23,6 +23,8 @@ HEARTBEAT = 60.0  # most seconds between them: the block is reprinted though not
 LOG_TAIL = 15  # lines of a failing host's job log shown without VERBOSE
 FIELD_LIMIT = 40  # characters of one host-written field of a progress line (state, epoch, step...)
 TEXT_LIMIT = 500  # characters of one host-written line of the failure summary (a message, a log line)
+# The events the view renders (tfcluster/run/events.py), each by its View._on_<kind>.
+HANDLED = ("stage_end", "task_failed", "progress", "decision", "stacks", "collected", "notice")
 
 
 def number(value: Any) -> float | None:
@@ -80,7 +82,26 @@ def task_line(task: Mapping[str, Any]) -> str:
     age = number(task.get("age_seconds"))
     if age is not None and age >= 30:
         parts.append(printable(f"(no update for {duration(age)})", FIELD_LIMIT))
+    straggler = straggler_mark(task.get("straggler"))
+    if straggler:
+        parts.append(straggler)
     return "  ".join(parts).rstrip()
+
+
+def straggler_mark(episode: Any) -> str:
+    """``STRAGGLER 31% slower 6m05s``: a task the wait names (tfcluster/run/health.py); ``STRAGGLER 31% slower
+    now`` from one poll (`make status`: no history to time it); '' for anything else."""
+    below = number(episode.get("below")) if isinstance(episode, Mapping) else None
+    if below is None:
+        return ""
+    seconds = number(episode.get("seconds"))
+    return f"STRAGGLER {round(100 * below)}% slower {'now' if seconds is None else duration(seconds)}"
+
+
+def straggler_notes(tasks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``f-w2: STRAGGLER 31% slower now``: the tasks marked in a progress event (`make status` under its table)."""
+    return [f"{printable(task.get('host', '?'), FIELD_LIMIT)}: {mark}" for task in tasks
+            if (mark := straggler_mark(task.get("straggler")))]
 
 
 @dataclass
@@ -99,6 +120,8 @@ class View:
     stages: list[dict[str, Any]] = field(default_factory=list)
     tasks: list[dict[str, Any]] = field(default_factory=list)  # the last progress event's tasks
     show_progress: bool = True  # make status prints its table at the end instead
+    first_training: list[dict[str, Any]] = field(default_factory=list)  # the first progress that shows a step
+    first_training_at: float | None = None  # when it came (self.clock)
 
     def line(self, text: str = "") -> None:
         self._drawn = 0
@@ -106,26 +129,41 @@ class View:
         self.out.flush()
 
     def handle(self, event: Mapping[str, Any]) -> None:
-        kind = event.get("event")
-        if kind == "stage_end":
-            self.stages.append(dict(event))
-            mark = "ok  " if event.get("ok") else "FAIL"
-            name = printable(event.get("name", ""), TEXT_LIMIT)
-            self.line(f"  {mark} {name:<58} {duration(event.get('seconds')):>8}")
-        elif kind == "task_failed":
-            self.failures.append(dict(event))
-        elif kind == "progress":
-            self.tasks = [dict(task) for task in event.get("tasks") or []]
-            if self.show_progress:
-                self.progress(self.tasks, event.get("elapsed"), event.get("note"))
-        elif kind == "decision":
-            self.decision = dict(event)
-            if event.get("decision") == "done" and event.get("servers"):  # a ParameterServer chief's end
-                self.line(f"       {printable(event.get('message'), TEXT_LIMIT)}")
-        elif kind == "collected":
-            self.line(f"       {_collected(event)}")
-        elif kind == "notice":
-            self.line(f"       note: {printable(event.get('msg'), TEXT_LIMIT)}")
+        handler = getattr(self, f"_on_{event.get('event')}", None)
+        if handler is not None and str(event.get("event")) in HANDLED:
+            handler(event)
+
+    def _on_stage_end(self, event: Mapping[str, Any]) -> None:
+        self.stages.append(dict(event))
+        mark = "ok  " if event.get("ok") else "FAIL"
+        name = printable(event.get("name", ""), TEXT_LIMIT)
+        self.line(f"  {mark} {name:<58} {duration(event.get('seconds')):>8}")
+
+    def _on_task_failed(self, event: Mapping[str, Any]) -> None:
+        self.failures.append(dict(event))
+
+    def _on_progress(self, event: Mapping[str, Any]) -> None:
+        self.tasks = [dict(task) for task in event.get("tasks") or []]
+        if not self.first_training and any(number(t.get("step")) for t in self.tasks):
+            self.first_training, self.first_training_at = self.tasks, self.clock()
+        if self.show_progress:
+            self.progress(self.tasks, event.get("elapsed"), event.get("note"))
+
+    def _on_decision(self, event: Mapping[str, Any]) -> None:
+        self.decision = dict(event)
+        if event.get("decision") == "done" and event.get("servers"):  # a ParameterServer chief's end
+            self.line(f"       {printable(event.get('message'), TEXT_LIMIT)}")
+
+    def _on_stacks(self, event: Mapping[str, Any]) -> None:  # escaped and cut on the control side already
+        for text in printable_lines(event.get("lines") or [], TEXT_LIMIT):
+            self.line(f"       {text}")
+
+    def _on_collected(self, event: Mapping[str, Any]) -> None:
+        self.line(f"       {_collected(event)}")
+
+    def _on_notice(self, event: Mapping[str, Any]) -> None:  # one line per line of it (the network check's links)
+        for index, text in enumerate(printable_lines(str(event.get("msg", "")), TEXT_LIMIT)):
+            self.line(f"       {'note: ' if index == 0 else '      '}{text}")
 
     def progress(self, tasks: Sequence[Mapping[str, Any]], elapsed: float | None, note: Any = None) -> None:
         """The progress block; ``note`` (hosts unreachable from here, with ssh's error) under its header."""

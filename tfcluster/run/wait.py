@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfcluster.core.contract import EXIT_PREEMPTED, PS, WORKER
+from tfcluster.core.duration import duration_text
 from tfcluster.host.jobspec import (
     ACTIVE_STATES,
     FAILED,
@@ -52,7 +53,9 @@ from tfcluster.host.jobspec import (
     SUCCEEDED,
     TIMEOUT,
 )
+from tfcluster.run import health
 from tfcluster.run.answer import number, poll_problem
+from tfcluster.run.health import HealthSettings
 
 # Decisions (RUNNING, PREEMPTED, TIMEOUT and STOPPED share the state names).
 DONE_DECISION, FAILED_DECISION, STALLED, UNREACHABLE = "done", FAILED, "stalled", "unreachable"
@@ -61,7 +64,8 @@ DECISIONS = (RUNNING, DONE_DECISION, FAILED_DECISION, STALLED, PREEMPTED, TIMEOU
 # The playbook stops every task and fails; on UNREACHABLE it only fails (no host can be reached to stop).
 OVER = frozenset(DECISIONS) - {RUNNING, DONE_DECISION, UNREACHABLE}
 TRAINING = "training"  # the trainer's phase in which its step must advance (trainer/callbacks.py)
-PROGRESS_KEYS = ("epoch", "epochs", "step", "steps_per_epoch", "examples_per_sec", "loss", "accuracy", "eta_seconds")
+PROGRESS_KEYS = ("epoch", "epochs", "step", "steps_per_epoch", "examples_per_sec", "loss", "accuracy", "eta_seconds",
+                 "steps_per_sec", "step_compute_s")
 
 
 # A ParameterServer job ends with its chief: its ps and worker tasks serve until they are told (the built-in
@@ -79,6 +83,7 @@ class Settings:
     max_duration: float = 0.0  # the job's deadline (tfcluster_max_duration), for the message
     unreachable_grace: float = 1800.0  # tf_job_unreachable_grace (UNREACHABLE_GRACE)
     retrying: bool = True  # the wait polls again (False: make status's one poll)
+    health: HealthSettings = field(default_factory=HealthSettings)  # STRAGGLER, HANG: tfcluster/run/health.py
 
 
 @dataclass(frozen=True)
@@ -98,15 +103,6 @@ def remembered_state(state: str | None, before: str | None) -> str | None:
     if before in (SUCCEEDED, PREEMPTED, STOPPED, FAILED, TIMEOUT):
         return before
     return state
-
-
-def duration_text(seconds: float) -> str:
-    seconds = round(seconds)
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min" + (f" {seconds % 60} s" if seconds % 60 else "")
-    return f"{seconds / 3600:.1f} h"
 
 
 def task_entry(host: str, slot: str, status: Mapping[str, Any] | None, state: str) -> dict[str, Any]:
@@ -365,6 +361,23 @@ def _stall(r: _Round, now: float, settings: Settings) -> Verdict | None:
     return None
 
 
+def _health(r: _Round, seen: Mapping[str, Any], now: float, settings: Settings) -> Verdict | None:
+    """The round's straggler records and marks (tfcluster/run/health.py) in ``seen`` and the task entries; a hang's
+    verdict."""
+    below = health.below_others(health.paces(r.statuses, r.slots))
+    for host, status in r.statuses.items():
+        previous = _previous(seen, host)
+        r.seen[host].update(health.step_gaps(previous, status))
+        r.seen[host].update(health.straggler_round(previous, below.get(host), now, settings.health))
+        episode = health.straggler_of(r.seen[host], now, settings.health)
+        if not settings.retrying and below.get(host, 0.0) >= settings.health.below > 0:  # make status: one poll
+            episode = {"below": round(below[host], 3), "seconds": None}
+        if episode is not None:
+            next(task for task in r.tasks if task["host"] == host)["straggler"] = episode
+    found = health.hang(r.statuses, r.states, r.seen, sorted(r.active()), settings.health)
+    return None if found is None else Verdict(STALLED, found[0], found[1])
+
+
 def decide(polls: Mapping[str, Mapping[str, Any]], slots: Mapping[str, str], seen: Mapping[str, Any], *, now: float,
            started: float, settings: Settings) -> dict[str, Any]:
     """One round. ``polls``: {host: {"status": {...}} or {"error": text, "unreachable": bool}}, in slot order;
@@ -381,6 +394,7 @@ def decide(polls: Mapping[str, Mapping[str, Any]], slots: Mapping[str, str], see
             r.failures.append((host, f"host status unreadable: {problem}"))
             r.tasks.append(task_entry(host, slot, None, "status unreadable"))
     active = r.active()
+    hanging = _health(r, seen, now, settings)
     for host, state in r.states.items():
         text = _failure(host, state, r.statuses[host], bool(active - {host}))
         if text:
@@ -389,7 +403,8 @@ def decide(polls: Mapping[str, Mapping[str, Any]], slots: Mapping[str, str], see
     if verdict is None and settings.timeout > 0 and now - started > settings.timeout:
         verdict = Verdict(TIMEOUT, settings.chief, f"the job did not finish within {duration_text(settings.timeout)} "
                           "(tf_job_wait_timeout): every task was stopped")
-    verdict = verdict or _stall(r, now, settings) or Verdict(RUNNING)
+    verdict = verdict or hanging or _stall(r, now, settings) or Verdict(RUNNING)
+    stragglers = {host: entry["straggled"] for host, entry in r.seen.items() if entry.get("straggled")}
     return {"decision": verdict.decision, "culprit": verdict.culprit, "message": verdict.message,
-            "servers": list(verdict.servers), "note": _note(r, settings), "seen": r.seen, "tasks": r.tasks,
-            "statuses": r.statuses, "elapsed": round(now - started, 1)}
+            "servers": list(verdict.servers), "stragglers": stragglers, "note": _note(r, settings), "seen": r.seen,
+            "tasks": r.tasks, "statuses": r.statuses, "elapsed": round(now - started, 1)}

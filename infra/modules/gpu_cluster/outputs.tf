@@ -161,3 +161,8 @@ output "launch" {
     slot_tags             = local.slot_tags
   }
 }
+
+output "spot" {
+  description = "Whether the hosts are one-time spot instances (make train then replaces a lost one and resumes by default: RECOVER=1)."
+  value       = var.spot.enabled
+}

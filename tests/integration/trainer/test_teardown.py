@@ -14,7 +14,7 @@ from tests.integration.trainer.trainer_procs import LocalCluster, assert_chief_a
 
 pytestmark = pytest.mark.integration
 
-TEARDOWN_GOAL_S = 1.0  # bench/train_throughput.py prints the same goal
+
 
 HELD = """
 import gc, json, weakref
@@ -87,8 +87,10 @@ def test_two_workers_end_fit_at_once_and_keep_every_artifact(local_cluster: Call
     cluster.start_all()
     assert cluster.wait(timeout=300) == {"worker-0": 0, "worker-1": 0}, cluster.logs()
     metrics = assert_chief_artifacts(cluster.model_dir)
-    assert metrics["epochs"] == 4 and metrics["fit_teardown_s"] <= TEARDOWN_GOAL_S, metrics
+    # Both workers measured their end of fit; its goal (<= 1 s) is a figure of bench.scaling and
+    # bench.train_throughput, on an idle machine (issue 40: no timing bound in a functional test).
+    assert metrics["epochs"] == 4 and metrics["fit_teardown_s"] >= 0, metrics
     teardowns = fit_teardowns(cluster)
-    assert set(teardowns) == {"worker-0", "worker-1"} and max(teardowns.values()) <= TEARDOWN_GOAL_S, teardowns
+    assert set(teardowns) == {"worker-0", "worker-1"} and min(teardowns.values()) >= 0, teardowns
     assert (cluster.model_dir / "backup" / "worker-1").is_dir()
     assert not list(tmp_path.glob("tfcluster-worker-1-*"))  # the non-chief still removed its temp dir

@@ -1,5 +1,6 @@
-"""The wait loop reads a bounded answer from each host (tfcluster.cluster.wait `read_bounded`): a host that answers
-too much, too long or never cannot fill the control machine's memory nor hold the loop."""
+"""The wait loop reads a bounded answer from each host (tfcluster.run.bounded `read_bounded`, which the
+tfcluster.cluster.wait plugin and the stacks of a stuck job use): a host that answers too much, too long or never
+cannot fill the control machine's memory nor hold the loop."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+from tfcluster.run import bounded
 
 REPO = Path(__file__).resolve().parents[3]
 PLUGIN = REPO / "playbooks/collections/ansible_collections/tfcluster/cluster/plugins/action/wait.py"
@@ -26,6 +29,7 @@ def load(path: Path) -> ModuleType:
 
 
 wait = load(PLUGIN)
+assert wait.read_bounded is bounded.read_bounded  # the plugin reads with the one helper
 
 
 def py(script: str) -> list[str]:

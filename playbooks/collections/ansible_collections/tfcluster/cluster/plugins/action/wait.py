@@ -35,15 +35,18 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from tfcluster.core.contract import SLOT_ORDER, is_digits
+from tfcluster.core.duration import duration_text
 from tfcluster.core.text import printable
 from tfcluster.host import jobstatus
 from tfcluster.host.jobspec import JobError
-from tfcluster.run import events
+from tfcluster.run import events, stacks
 from tfcluster.run.answer import kind, log_lines, shown
+from tfcluster.run.bounded import CLOSE_GRACE, STDERR_GRACE, STDERR_LIMIT, STDOUT_LIMIT, read_bounded
 from tfcluster.run.failure import summarize
+from tfcluster.run.health import HealthSettings
 from tfcluster.run.reach import Reach, ReachError
 from tfcluster.run.view import task_line
-from tfcluster.run.wait import OVER, RUNNING, Settings, decide, duration_text
+from tfcluster.run.wait import OVER, RUNNING, STALLED, Settings, decide
 
 DOCUMENTATION = r"""
 name: wait
@@ -94,6 +97,19 @@ options:
     description: The job's deadline in seconds (named in a timeout's message; 0 - none).
     type: float
     default: 0
+  straggler_below:
+    description: A task whose pace stays this share under the median of the others' is named a straggler (0 - off).
+    type: float
+    default: 0.15
+  straggler_after:
+    description: Seconds a task must stay that slow before it is named.
+    type: float
+    default: 120
+  hang_factor:
+    description: No task stepping for this many times its usual time between steps (at least 60 s) is a hang (the
+      decision C(stalled), found before the stall time; 0 - off).
+    type: float
+    default: 10
   require_done:
     description: The chief must have written DONE for the job to be done.
     type: bool
@@ -104,6 +120,10 @@ options:
     default: 20
   once:
     description: Poll once and return (make status).
+    type: bool
+    default: false
+  stacks:
+    description: With C(once) - also read and show every task's Python stacks, the task behind first (make stacks).
     type: bool
     default: false
 """
@@ -132,9 +152,13 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "stall_timeout": {"type": "float", "default": 600.0},
     "unreachable_grace": {"type": "float", "default": 1800.0},
     "max_duration": {"type": "float", "default": 0.0},
+    "straggler_below": {"type": "float", "default": 0.15},
+    "straggler_after": {"type": "float", "default": 120.0},
+    "hang_factor": {"type": "float", "default": 10.0},
     "require_done": {"type": "bool", "default": True},
     "log_lines": {"type": "int", "default": 20},
     "once": {"type": "bool", "default": False},
+    "stacks": {"type": "bool", "default": False},
 }
 SUMMARY_LINES = 400  # log lines read from the culprit to find its exception
 CONTROL = ["-o", "ControlMaster=auto", "-o", "ControlPersist=60",
@@ -152,53 +176,6 @@ def status_words(target: Mapping[str, Any], lines: int, command: str = "status")
     words = ["env", f"PYTHONPATH={target['pythonpath']}", target["python"], "-m", "tfcluster.host.jobstatus",
              command, target["spec"], "--lines", str(lines)]
     return words + (["--unit", target["unit"]] if target.get("unit") else [])
-
-
-STDOUT_LIMIT = 1024 * 1024  # bytes of a host's status answer read (one JSON line; its log tail is 64 KiB at most)
-STDERR_LIMIT = 64 * 1024  # bytes of its stderr read (ssh's last line says why it failed)
-STDERR_GRACE = 1.0  # seconds stderr may stay open once the command ended and closed stdout (an ssh master's)
-CLOSE_GRACE = 2.0  # seconds the hosts' status sessions have to end once the wait hung up, before they are killed
-
-
-def read_bounded(argv: list[str], timeout: float) -> tuple[int, str, str, bool]:
-    """Run ``argv``: (exit status, stdout, stderr, whether stdout was over STDOUT_LIMIT). At most STDOUT_LIMIT and
-    STDERR_LIMIT bytes are kept (the rest is read and dropped: the command never blocks on a full pipe), decoded
-    with U+FFFD for a bad byte. subprocess.TimeoutExpired (the command killed) after ``timeout`` s."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stderr is not None
-    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    limits = {proc.stdout: STDOUT_LIMIT, proc.stderr: STDERR_LIMIT}
-    over, deadline = False, time.monotonic() + timeout
-    try:
-        with selectors.DefaultSelector() as selector:
-            for pipe in kept:
-                selector.register(pipe, selectors.EVENT_READ)
-            while selector.get_map():
-                ended = proc.stdout not in selector.get_map() and proc.poll() is not None
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise subprocess.TimeoutExpired(argv, timeout)
-                ready = selector.select(min(left, STDERR_GRACE) if ended else left)
-                if not ready and ended:
-                    break
-                for key, _ in ready:
-                    chunk = os.read(key.fd, 64 * 1024)
-                    if not chunk:
-                        selector.unregister(key.fileobj)
-                        continue
-                    buffer, pipe = kept[key.fileobj], key.fileobj
-                    room = max(0, limits[pipe] - len(buffer))
-                    buffer += chunk[:room]
-                    over = over or (pipe is proc.stdout and len(chunk) > room)
-        code = proc.wait(max(0.1, deadline - time.monotonic()))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
-    out, err = (bytes(kept[pipe]).decode("utf-8", "replace") for pipe in (proc.stdout, proc.stderr))
-    return code, out, err, over
 
 
 def poll(target: Mapping[str, Any], lines: int, timeout: float) -> dict[str, Any]:
@@ -510,9 +487,11 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         targets = dict(sorted(args["targets"].items(), key=lambda item: slot_key(item[1].get("slot", ""))))
+        health = HealthSettings(below=args["straggler_below"], after=args["straggler_after"],
+                                hang_factor=args["hang_factor"])
         settings = Settings(chief=args["chief_host"], require_done=args["require_done"], timeout=args["timeout"],
                             stall_timeout=args["stall_timeout"], max_duration=args["max_duration"],
-                            unreachable_grace=args["unreachable_grace"], retrying=not args["once"])
+                            unreachable_grace=args["unreachable_grace"], retrying=not args["once"], health=health)
         if not args["once"]:
             text = limits_text(printable(args["job"]), settings)
             display.display(text)
@@ -523,6 +502,8 @@ class ActionModule(ActionBase):
         finally:
             poller.close()
         result.update(self.verdict(out, targets, polls))
+        if args["once"] and args["stacks"]:
+            result["stacks"] = self.stacks(targets, out["seen"], None)
         return result
 
     def loop(self, args: Mapping[str, Any], targets: Mapping[str, Any], settings: Settings,
@@ -564,7 +545,19 @@ class ActionModule(ActionBase):
             log_tail = log_lines((polls.get(culprit) or {}).get("status"))
             error = summarize(log_lines(poll(targets[culprit], SUMMARY_LINES, 60.0).get("status")) or log_tail)
         events.emit("decision", decision=out["decision"], culprit=culprit, message=out["message"],
-                    log_tail=log_tail, error=error, servers=out["servers"])
+                    log_tail=log_tail, error=error, servers=out["servers"], stragglers=out["stragglers"])
+        if out["decision"] == STALLED:  # where every task was: read before the playbook stops them
+            self.stacks(targets, out["seen"], culprit)
         return {"changed": False, "decision": out["decision"], "culprit": culprit, "message": out["message"],
                 "log_tail": log_tail, "error": error, "tasks": out["tasks"], "servers": out["servers"],
-                "elapsed": out["elapsed"]}
+                "stragglers": out["stragglers"], "elapsed": out["elapsed"]}
+
+    @staticmethod
+    def stacks(targets: Mapping[str, Any], seen: Mapping[str, Any], behind: str | None) -> list[str]:
+        """Every task's Python stacks (tfcluster/run/stacks.py), the task behind first: shown and emitted."""
+        slots = {host: str(target.get("slot", "")) for host, target in targets.items()}
+        text = stacks.lines(stacks.gather(targets), slots, stacks.order(list(targets), seen, behind), behind)
+        for line in text:
+            display.display(line)
+        events.emit("stacks", lines=text)
+        return text
