@@ -24,6 +24,7 @@ whole lab gets (the cgroup cpu controller, lab/system.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 import time
@@ -246,6 +247,27 @@ class Lab(Access):
     def stop_host(self, host: str) -> None:
         """Power one host off cleanly (its files stay in its overlay until down())."""
         self._stop_host(self.host(host).name)
+
+    def reinstall(self, name: str, address: str) -> str:
+        """A fresh machine in a host's place, as a replaced cloud instance: powered off if it runs, a new disk (its
+        overlay's own layer emptied; the lab's layers stay below), ``address``, new host keys; booted and ready.
+        Returns its public host key."""
+        host = self.host(name)
+        if self.nspawn_pid(name) is not None:
+            self._stop_host(name)
+        directory = self.paths.host_dir(name)
+        system.unmount_all(directory)
+        for part in ("upper", "work"):
+            system.remove_tree(directory / part)
+        fresh = dataclasses.replace(host, address=address)
+        spec = self._spec()
+        self.spec = dataclasses.replace(spec, hosts=tuple(fresh if h.name == name else h for h in spec.hosts))
+        self.paths.spec.write_text(self.spec.to_json())
+        key = self._prepare_host(fresh)
+        self._write_control_files(self.isolated)
+        self._boot(fresh)
+        self.wait_ready([name])
+        return key
 
     # ---- readiness -------------------------------------------------------------------------------------------
 

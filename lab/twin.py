@@ -336,6 +336,30 @@ class Twin:
             self.lab.start_host(lab_name(instance))
         self.lab.wait_ready(names)
 
+    def lose(self, instance: Mapping[str, Any]) -> None:
+        """An instance lost as AWS loses one (a spot reclaim without notice, a failed host): terminated in EC2, its
+        lab host powered off at once."""
+        assert self.lab is not None
+        self.ec2().terminate_instances(InstanceIds=[instance["InstanceId"]])
+        self.lab.stop_host(lab_name(instance))
+
+    def replaced(self, lost: Mapping[str, Any], timeout: float = 600) -> dict[str, Any]:
+        """Play the new instance of a lost one's slot (what `terraform apply -replace` launched): a fresh lab host in
+        the lost one's place at the new private address (the image's layers below a new disk), its host keys on the
+        new instance's console. The new instance."""
+        assert self.lab is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [i for i in self.instances() if slot_of(i) == slot_of(lost)
+                     and i["InstanceId"] != lost["InstanceId"] and i["State"]["Name"] in ("pending", "running")]
+            if found:
+                new = found[0]
+                key = self.lab.reinstall(lab_name(lost), new["PrivateIpAddress"])
+                (self.console_dir / new["InstanceId"]).write_text(cloud_init_console(key))
+                return new
+            time.sleep(1)
+        raise TwinError(f"no new instance of slot {slot_of(lost)} within {timeout:.0f} s (did the recovery run?)")
+
     def close(self) -> None:
         """Lab down, emulator stopped, the override and the twin's workspace state gone. Safe to call again."""
         errors = []

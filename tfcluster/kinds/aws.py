@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from tfcluster.core.duration import parse_time
 from tfcluster.kinds.base import Kind, KindError, Target, Traits
 from tfcluster.provision import aws as provision_aws
-from tfcluster.provision import awscheck, known_hosts
+from tfcluster.provision import awscheck, known_hosts, recover
 from tfcluster.provision import terraform as toolchain
 from tfcluster.provision.common import ProvisionError, state_cluster_name
 
@@ -43,13 +43,18 @@ class Aws(Kind):
 
     def playbook_vars(self, target: Target) -> dict[str, Any]:
         """Where backups go (checkpoint_s3), what an idle host's power-off does (autostop_down: stop | terminate; a
-        terminating host waits for an uncollected job) and when the cluster expires (expires_at: the autostop role
-        keeps each host's expiry current; absent: none)."""
+        terminating host waits for an uncollected job), when the cluster expires (expires_at: the autostop role
+        keeps each host's expiry current; absent: none), and each host's instance and the region (the wait asks EC2
+        about a host it cannot reach)."""
         outputs = self.outputs(target)
         found = {"tfcluster_checkpoint_s3": outputs.get("checkpoint_s3"),
                  "tfcluster_autostop_down": outputs.get("autostop_down"),
-                 "tfcluster_expires_at": outputs.get("expires_at")}
-        return {key: value for key, value in found.items() if isinstance(value, str) and value}
+                 "tfcluster_expires_at": outputs.get("expires_at"), "tfcluster_region": outputs.get("region")}
+        out: dict[str, Any] = {key: value for key, value in found.items() if isinstance(value, str) and value}
+        instances = {name: instance_id for instance_id, name in recover.slot_names(outputs).items()}
+        if instances:  # the wait asks EC2 about a host it cannot reach: an instance that is gone fails it at once
+            out["tfcluster_instances"] = instances
+        return out
 
     def expires_at(self, target: Target) -> datetime | None:
         return parse_time(self.outputs(target).get("expires_at"))
@@ -73,13 +78,9 @@ class Aws(Kind):
         return 1 if self.outputs(target).get("spot") is True else 0
 
     def lost_slots(self, target: Target) -> dict[str, str]:
-        from tfcluster.provision import recover
-
         return recover.lost_slots(self.ec2(target), self.outputs(target))
 
     def replace_slot(self, target: Target, slot: str) -> list[str]:
-        from tfcluster.provision import recover
-
         tf_dir = self.tf_dir(target)
         assert tf_dir is not None
         try:

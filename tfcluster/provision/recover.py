@@ -48,7 +48,11 @@ def _why(instance: Mapping[str, Any]) -> str:
 
 def lost_slots(ec2: Any, out: Mapping[str, Any]) -> dict[str, str]:
     """{slot name: why} of the state's slots whose instance is lost (see the module docstring)."""
-    names = slot_names(out)
+    return lost_instances(ec2, slot_names(out))
+
+
+def lost_instances(ec2: Any, names: Mapping[str, str]) -> dict[str, str]:
+    """{name: why} of the instances ``names`` ({instance id: name}) whose instance is lost."""
     if not names:
         return {}
     seen: dict[str, Mapping[str, Any]] = {}

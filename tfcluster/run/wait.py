@@ -388,6 +388,9 @@ def decide(polls: Mapping[str, Mapping[str, Any]], slots: Mapping[str, str], see
         problem, slot, previous = poll_problem(poll), slots.get(host, ""), _previous(seen, host)
         if problem is None:
             _answered(r, host, dict(poll["status"]), slot=slot, previous=previous, now=now)
+        elif isinstance(poll, Mapping) and isinstance(poll.get("gone"), str):  # the cloud says the machine is gone
+            r.failures.append((host, f"{host} is lost: its instance is {poll['gone']}"))
+            r.tasks.append(task_entry(host, slot, None, "lost (instance gone)"))
         elif isinstance(poll, Mapping) and poll.get("unreachable") is True:
             _unreachable(r, host, problem, slot=slot, previous=previous, now=now, settings=settings)
         else:

@@ -81,3 +81,33 @@ def test_no_state_no_slot() -> None:
 ])
 def test_the_one_resource_replaced(spot: bool | None, address: str) -> None:
     assert recover.resource_address({"spot": spot}, "worker-1") == address
+
+
+def test_the_wait_asks_ec2_about_a_host_it_cannot_reach_and_fails_it_at_once() -> None:
+    from tfcluster.run.gone import InstanceCheck
+    from tfcluster.run.wait import FAILED_DECISION, Settings, decide
+
+    clock = [0.0]
+    ec2 = FakeEC2({"i-w0": running(), "i-w1": {"State": {"Name": "terminated"}}})
+    check = InstanceCheck({"w0": "i-w0", "w1": "i-w1"}, "us-east-1", client=lambda: ec2, clock=lambda: clock[0])
+    away = {"w0": {"status": {"state": "running", "restarts": 0}}, "w1": {"error": "ssh: timeout", "unreachable": True}}
+    assert check.mark(away, {"w0": 0, "w1": 1}) == away and ec2.asked == []  # one failed poll: not asked yet
+    marked = check.mark(away, {"w0": 0, "w1": 2})
+    assert marked["w1"]["gone"] == "terminated" and "gone" not in marked["w0"] and ec2.asked == ["i-w1"]
+    check.mark(away, {"w0": 0, "w1": 3})
+    assert ec2.asked == ["i-w1"]  # at most once every EVERY seconds
+    out = decide(marked, {"w0": "worker:0", "w1": "worker:1"}, {}, now=1000.0, started=900.0,
+                 settings=Settings(chief="w0"))
+    assert out["decision"] == FAILED_DECISION and out["culprit"] == "w1"
+    assert out["message"] == "w1 is lost: its instance is terminated"
+
+
+def test_ec2_out_of_reach_changes_nothing() -> None:
+    from tfcluster.run.gone import InstanceCheck
+
+    def broken() -> Any:
+        raise OSError("no route to the EC2 endpoint")
+
+    check = InstanceCheck({"w1": "i-w1"}, None, client=broken)
+    away = {"w1": {"error": "ssh: timeout", "unreachable": True}}
+    assert check.mark(away, {"w1": 5}) == away

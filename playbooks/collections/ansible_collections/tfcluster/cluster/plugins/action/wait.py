@@ -43,6 +43,7 @@ from tfcluster.run import events, stacks
 from tfcluster.run.answer import kind, log_lines, shown
 from tfcluster.run.bounded import CLOSE_GRACE, STDERR_GRACE, STDERR_LIMIT, STDOUT_LIMIT, read_bounded
 from tfcluster.run.failure import summarize
+from tfcluster.run.gone import InstanceCheck
 from tfcluster.run.health import HealthSettings
 from tfcluster.run.reach import Reach, ReachError
 from tfcluster.run.view import task_line
@@ -126,6 +127,15 @@ options:
     description: With C(once) - also read and show every task's Python stacks, the task behind first (make stacks).
     type: bool
     default: false
+  instances:
+    description: Host -> its cloud instance id (CLUSTER=aws); a host unreachable from here whose instance EC2 says is
+      gone fails the job at once, naming it (tfcluster/run/gone.py).
+    type: dict
+    default: {}
+  region:
+    description: The instances' region.
+    type: str
+    default: ""
 """
 
 RETURN = r"""
@@ -159,6 +169,8 @@ ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "log_lines": {"type": "int", "default": 20},
     "once": {"type": "bool", "default": False},
     "stacks": {"type": "bool", "default": False},
+    "instances": {"type": "dict", "default": {}},
+    "region": {"type": "str", "default": ""},
 }
 SUMMARY_LINES = 400  # log lines read from the culprit to find its exception
 CONTROL = ["-o", "ControlMaster=auto", "-o", "ControlPersist=60",
@@ -511,9 +523,10 @@ class ActionModule(ActionBase):
         """Poll, decide, show, until the decision is not running (once: one round)."""
         slots = {host: str(target.get("slot", "")) for host, target in targets.items()}
         started, seen, printed, shown = time.time(), {}, 0.0, None
+        instances = InstanceCheck(args["instances"], args["region"])
         while True:
             round_start = time.time()
-            polls = poller.round(args["interval"])
+            polls = instances.mark(poller.round(args["interval"]), poller.failures)
             out = decide(polls, slots, seen, now=time.time(), started=started, settings=settings)
             seen = out["seen"]
             events.emit("progress", tasks=out["tasks"], elapsed=out["elapsed"], decision=out["decision"],
