@@ -16,7 +16,6 @@ import tf_keras as keras
 
 from trainer import artifacts
 from trainer.backup import Agreement, TaskBackup
-from trainer.model import STEP_COMPUTE
 from trainer.stop import PREEMPTED, STOPPED, TRAINING, StopRequest
 from trainer.timeline import Pace, Plan, Timeline, eta_seconds
 
@@ -37,9 +36,11 @@ class Timings:
 class Progress(keras.callbacks.Callback):
     """status.json updates (epoch/step, the recent pace, loss, accuracy, ETA) and epoch timings."""
 
-    def __init__(self, status: artifacts.StatusWriter, plan: Plan, timeline: Timeline, stop: StopRequest) -> None:
+    def __init__(self, status: artifacts.StatusWriter, plan: Plan, timeline: Timeline, stop: StopRequest, *,
+                 step_timer: Any = None) -> None:
         super().__init__()
         self.status, self.plan, self.timeline, self.stop = status, plan, timeline, stop
+        self.step_timer = step_timer  # the task's own compute time of its last step (trainer/model.py), or None
         self.t = Timings()
         self.pace = Pace(plan.global_batch)
         self._epoch = 0
@@ -82,8 +83,8 @@ class Progress(keras.callbacks.Callback):
             self.status.update(force=True, startup_s=self.timeline.marks)
         elapsed = now - self._epoch_start
         rate = (batch + 1) * self.plan.global_batch / elapsed if elapsed > 0 else 0.0
-        compute = (logs or {}).get(STEP_COMPUTE)
-        self.pace.step(now, time.time(), self._steps_done, float(compute) if compute is not None else None)
+        compute = float(self.step_timer.numpy()) if self.step_timer is not None else None
+        self.pace.step(now, time.time(), self._steps_done, compute)
         pace = self.pace.fields()
         self.status.update(epoch=self._epoch + 1, epochs_done=self._epoch, step=batch + 1,
                            **{**pace, "examples_per_sec": pace["examples_per_sec"] or round(rate, 1)},

@@ -5,6 +5,7 @@ The list of models is :data:`trainer.config.MODELS` (layer specs as data); this 
 
 from __future__ import annotations
 
+import functools
 import types
 from typing import Any
 
@@ -58,13 +59,13 @@ def compile_model(model: keras.Model, learning_rate: float, steps_per_execution:
                   metrics=["accuracy"], steps_per_execution=steps_per_execution, jit_compile=jit_compile)
 
 
-def timed_train_step(model: keras.Model, data: Any) -> dict[str, Any]:
+def timed_train_step(model: keras.Model, data: Any, *, timer: tf.Variable) -> dict[str, Any]:
     """Keras' train step (forward, loss, gradients, the optimizer's update: ``minimize`` is ``compute_gradients`` then
-    ``apply_gradients``) that also returns :data:`STEP_COMPUTE`, the seconds from the step's start to its gradients:
-    before the optimizer's gradient all-reduce. Under MultiWorkerMirrored the all-reduce evens every worker's step
-    rate, but this time is each worker's own (Keras reduces a train step's outputs to the first local replica), so a
-    slow host shows in it. Not under XLA (``tf.timestamp`` is not compiled); on a GPU it sees when the kernels were
-    queued, so it measures the host's side of the step."""
+    ``apply_gradients``) that also writes into ``timer`` the seconds from the step's start to its gradients: before
+    the optimizer's gradient all-reduce. Under MultiWorkerMirrored the all-reduce evens every worker's step rate, but
+    this time is each worker's own: ``timer`` is a plain variable of the task (a train step's outputs would be
+    summed across the workers by Keras). Not under XLA (``tf.timestamp`` is not compiled); on a GPU it sees when the
+    kernels were queued, so it measures the host's side of the step."""
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     start = tf.timestamp()
     with tf.control_dependencies([start]):
@@ -75,10 +76,16 @@ def timed_train_step(model: keras.Model, data: Any) -> dict[str, Any]:
     grads_and_vars = model.optimizer.compute_gradients(loss, model.trainable_variables, tape)
     with tf.control_dependencies([g for g, _ in grads_and_vars if g is not None]):
         computed = tf.timestamp()
+    timer.assign(computed - start)
     model.optimizer.apply_gradients(grads_and_vars)
-    return {**model.compute_metrics(x, y, y_pred, sample_weight), STEP_COMPUTE: computed - start}
+    return model.compute_metrics(x, y, y_pred, sample_weight)
 
 
-def time_steps(model: keras.Model) -> None:
-    """Give ``model`` :func:`timed_train_step` (an instance attribute: the class, and so what is saved, is Keras')."""
-    model.train_step = types.MethodType(timed_train_step, model)
+def time_steps(model: keras.Model) -> tf.Variable:
+    """Give ``model`` :func:`timed_train_step` (an instance attribute: the class, and so what is saved, is Keras');
+    the variable it writes each step, made outside the strategy's scope (the task's own: never all-reduced, never
+    in a checkpoint). Call outside ``strategy.scope()``."""
+    with tf.init_scope():
+        timer = tf.Variable(0.0, dtype=tf.float64, trainable=False, name=STEP_COMPUTE)
+    model.train_step = types.MethodType(functools.partial(timed_train_step, timer=timer), model)
+    return timer

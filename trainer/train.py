@@ -84,6 +84,7 @@ class Run:
     timeline: Timeline
     loading: Future[data.Source]
     wall_start: float = field(default_factory=time.monotonic)
+    step_timer: Any = None  # the train step's compute time (trainer/model.py time_steps), when timed
 
     @property
     def cfg(self) -> TrainConfig:
@@ -215,9 +216,9 @@ def build(r: Run, strategy: tf.distribute.Strategy, plan: Plan) -> keras.Model:
         model = build_model(cfg.model.name, cfg.data.seed)
         compile_model(model, cfg.optimisation.learning_rate, min(cfg.optimisation.steps_per_execution, plan.steps),
                       _jit(r.inv))
-        if not _jit(r.inv) and not r.is_ps:  # each task's compute time a step, for the straggler (tfcluster/run)
-            time_steps(model)
         model.optimizer.build(model.trainable_variables)
+    if not _jit(r.inv) and not r.is_ps:  # each task's compute time a step, for the straggler (tfcluster/run)
+        r.step_timer = time_steps(model)  # outside the scope: the task's own variable
     r.timeline.mark("model")
     return model
 
@@ -287,7 +288,7 @@ def fit(r: Run, b: Built, out_dir: str) -> Fitted:
     """``model.fit`` with progress, backups and the stop protocol; a stop saves a backup at a step boundary."""
     plan, model, backup = b.plan, b.model, b.backup
     progress = (EpochProgress(r.status, plan, r.timeline, r.stop, poll_s=r.cfg.reporting.status_interval) if r.is_ps
-                else Progress(r.status, plan, r.timeline, r.stop))
+                else Progress(r.status, plan, r.timeline, r.stop, step_timer=r.step_timer))
     spe = min(r.cfg.optimisation.steps_per_execution, plan.steps)
     agreed = AgreedStop(r.stop, backup, b.agreement, check_every=max(1, 60 // spe), steps=plan.steps)
     with holding_data_handlers():

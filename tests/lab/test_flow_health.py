@@ -65,8 +65,11 @@ def test_a_capped_host_is_named_a_straggler_and_a_stopped_task_is_a_hang_with_st
         # The straggler: f-w1 gets a fifth of a core; its compute time a step grows, the others' stays.
         with flow_lab.lab.cpu_limited(0.2, ["f-w1"]):
             capped = time.monotonic()
-            named = wait_until(lambda: seen_in(run[1], r"^\s+f-w1\s+worker:1\s+.*STRAGGLER \d+% slower"), 300,
-                               "the live view never named f-w1 a straggler")
+            try:
+                named = wait_until(lambda: seen_in(run[1], r"^\s+f-w1\s+worker:1\s+.*STRAGGLER \d+% slower"), 300,
+                                   "the live view never named f-w1 a straggler")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{run[1].read_text(errors='replace')[-5000:]}") from None
             print(f"[health] f-w1 capped -> named a straggler after {named:.1f} s (STRAGGLER after "
                   f"{STRAGGLER_AFTER} s)")
             status_argv, status_env = flow_lab.command("status", hosts_file, job)
