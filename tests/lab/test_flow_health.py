@@ -93,7 +93,11 @@ def test_a_capped_host_is_named_a_straggler_and_a_stopped_task_is_a_hang_with_st
         headers = re.findall(r"^\s+--- (f-\S+) \(\S+\), pid \d+(, behind)? ---$", out, re.M)
         assert [h for h, _ in headers][:1] == ["f-w0"] and headers[0][1] == ", behind", out[-6000:]
         assert {h for h, _ in headers} == {"f-chief", "f-w0", "f-w1"}, headers
-        assert "fit (" in out, out[-6000:]  # py-spy's frames: each task was in Model.fit
+        sections = re.split(r"^\s+--- ", out, flags=re.M)
+        stopped_stacks = next(s for s in sections if s.startswith("f-w0 "))
+        assert "Thread " in stopped_stacks and "fit (" in stopped_stacks, stopped_stacks  # stopped inside Model.fit
+        for host in ("f-chief", "f-w1"):  # its peers: waiting for it (a collective, or connecting again)
+            assert "Thread " in next(s for s in sections if s.startswith(f"{host} ")), out[-6000:]
         assert "stragglers:   f-w1 ran " in out and "% below the others for" in out, out[-3000:]
         assert "Every task of the job was stopped" in out or not any(flow_lab.active(h, job) for h, _, _ in
                                                                     MWMS_SLOTS), out[-3000:]
