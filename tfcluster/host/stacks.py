@@ -24,7 +24,9 @@ from .jobspec import JobError, load_spec
 from .jobstatus import status
 
 PYSPY = "py-spy"
-PYSPY_TIMEOUT = 30.0  # seconds one dump may take (it pauses the process while it reads it)
+# seconds one dump may take. --nonblocking: py-spy reads the process's memory without pausing it (ptrace), so a task
+# is never disturbed and a stopped one (SIGSTOP, a debugger) is read too (an attach fails on it).
+PYSPY_TIMEOUT = 30.0
 STACKS_LIMIT = 64 * 1024  # bytes of a dump kept
 
 
@@ -41,7 +43,8 @@ def pyspy_path(spec: Mapping[str, Any]) -> str | None:
 def dump(pyspy: str, pid: int, timeout: float = PYSPY_TIMEOUT) -> tuple[str, str | None]:
     """(the stacks, None) or (what was read, the error)."""
     try:
-        proc = subprocess.run([pyspy, "dump", "--pid", str(pid)], capture_output=True, timeout=timeout, check=False)
+        proc = subprocess.run([pyspy, "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, timeout=timeout,
+                              check=False)
     except subprocess.TimeoutExpired:
         return "", f"py-spy did not answer within {timeout:.0f} s"
     except OSError as error:

@@ -51,6 +51,19 @@ def test_the_stacks_of_a_stuck_task_name_its_functions(stuck_task: Path) -> None
     assert "wait_for_peer" in found["stacks"] and "train_step" in found["stacks"], found["stacks"]
 
 
+def test_a_stopped_task_is_read_too(stuck_task: Path) -> None:
+    import os
+    import signal
+
+    pid = host_stacks.stacks(str(stuck_task))["pid"]
+    os.kill(pid, signal.SIGSTOP)  # a task stopped mid-step (a debugger, SIGSTOP): py-spy's attach would fail
+    try:
+        found = host_stacks.stacks(str(stuck_task))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert found["error"] is None and "wait_for_peer" in found["stacks"], found
+
+
 def test_py_spy_is_found_beside_the_jobs_python(tmp_path: Path) -> None:
     assert host_stacks.pyspy_path({"argv": [sys.executable]}) == str(Path(sys.executable).parent / "py-spy")
     assert host_stacks.pyspy_path({"argv": [str(tmp_path / "bin" / "python3")]}) in (None, host_stacks.shutil.which(
