@@ -125,6 +125,7 @@ def test_a_throttled_link_is_named_and_strict_refuses_to_start(flow_lab: Flows) 
                          r"median$", out, re.M)
         assert line, out[-4000:]
         assert int(line.group(1).replace(",", "")) <= 60, line.group(0)  # the 40 Mbit/s cap, measured
+        print("[health] " + "\n[health] ".join(re.findall(r"network: .*", out)))
         assert re.search(r"network: f-chief -> \S+ [\d,]+ Mbit/s$", out, re.M), out[-4000:]
         assert "slow or unmeasured network link(s): f-w0 -> " in out and "NETCHECK=strict" in out, out[-4000:]
         for host, _, _ in MWMS_SLOTS:  # refused before the gang start: nothing ran

@@ -189,10 +189,10 @@ class View:
 
 def milestones(tasks: Sequence[Mapping[str, Any]], note: Any = None) -> tuple[Any, ...]:
     """What a new progress block is printed for off a terminal: each task's host, state (not its growing "(12 s,
-    retrying)") and epoch, and the note (steps, rates, the loss and the ETA move on every poll: they wait for the
-    heartbeat)."""
-    return (tuple((str(t.get("host")), str(t.get("state")).partition(" (")[0], str(t.get("epoch"))) for t in tasks),
-            str(note or ""))
+    retrying)"), epoch and whether it is named a straggler, and the note (steps, rates, the loss and the ETA move on
+    every poll: they wait for the heartbeat)."""
+    return (tuple((str(t.get("host")), str(t.get("state")).partition(" (")[0], str(t.get("epoch")),
+                   bool(t.get("straggler"))) for t in tasks), str(note or ""))
 
 
 def _collected(event: Mapping[str, Any]) -> str:
