@@ -27,6 +27,7 @@ STRAGGLER ?=## a task this far under the others' pace is named: 15% (default, fo
 HANG   ?=## no task stepping for this many times its usual step time is a hang, stacks shown: 10 (default) or off
 NETCHECK ?=## the network check before the start: on (default: each link measured, slow ones named), strict, off
 RECOVER ?=## CLUSTER=aws: replace a lost host alone and resume, up to N times (default 1 on spot clusters, else 0)
+ALLOW_SHARED_NETWORK ?=## CLUSTER=local: 1 runs the slots where no private network namespace can be made (refused by default), their training ports open to this machine's users and network
 VERBOSE  ?=## 1: show Terraform's and Ansible's whole output (always in artifacts/<cluster>/<job>/logs/)
 AUTO_APPROVE ?=## set to 1 to apply/destroy on AWS without the confirmation prompt
 IDLE     ?=## autostop: idle time before a host powers itself off: 10 (minutes), 30m, 2h, off (provision: the boot guard's)
@@ -47,7 +48,7 @@ ANSIBLE_ARGS ?=## extra ansible-playbook arguments (trusted), e.g. -e tf_job_sta
 WHEELHOUSE ?= .cache/lab/wheelhouse## CLUSTER=onprem: air-gapped install from this wheelhouse (python -m tfcluster.prepare.wheelhouse)
 export CLUSTER WORKERS JOB STRATEGY HOSTS SLURM SCRIPT SCRIPT_ARGS SCRIPT_REQUIREMENTS KERAS TRAINER_ARGS EPOCHS
 export BASE MAX_DURATION VERBOSE AUTO_APPROVE FORCE HOST ANSIBLE_ARGS WHEELHOUSE YES IDLE MODE DOWN TTL DATASETS PREPARE
-export STALL UNREACHABLE_GRACE STRAGGLER HANG NETCHECK RECOVER
+export STALL UNREACHABLE_GRACE STRAGGLER HANG NETCHECK RECOVER ALLOW_SHARED_NETWORK
 export AMI ALL_OR_NOTHING
 
 VENV := .venv

@@ -48,8 +48,10 @@ def run_events(events_file: Path) -> list[dict[str, Any]]:
     return found
 
 # Settings that reach the roles as tfcluster_<name> when given (checked values: trusted); the roles' defaults hold
-# otherwise. straggler..recover: job health (tfcluster/cli/health_knobs.py).
-OPTIONAL_KNOBS = ("epochs", "max_duration", "stall", "unreachable_grace", "straggler", "hang", "netcheck", "recover")
+# otherwise. straggler..recover: job health (tfcluster/cli/health_knobs.py); allow_shared_network: local slots
+# without a private network namespace (tfcluster/host/netns.py).
+OPTIONAL_KNOBS = ("epochs", "max_duration", "stall", "unreachable_grace", "straggler", "hang", "netcheck", "recover",
+                  "allow_shared_network")
 
 
 def playbook_vars(settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:

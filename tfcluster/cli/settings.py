@@ -61,6 +61,9 @@ class Settings:
     hang: float | None = None  # HANG: a factor of a task's usual time between steps, 0 off; None: the role's (10)
     netcheck: str | None = None  # NETCHECK: on | strict | off; None: the role's (on)
     recover: int | None = None  # RECOVER: recoveries of a lost AWS host; None: the kind's (1 on spot, else 0)
+    # ALLOW_SHARED_NETWORK=1: local slots run on this machine's network where no private namespace can be made
+    # (refused otherwise); None: the role's (false)
+    allow_shared_network: bool | None = None
     autostop: dict[str, object] = field(default_factory=dict)  # make autostop IDLE=... MODE=...: the role's vars
     ttl: int | None = None  # TTL: seconds of the cluster's lifetime (None: off, or the default of the provision)
     down: str | None = None  # DOWN=1: an idle AWS host terminates ("terminate"); DOWN=0: it stops ("stop")
@@ -242,6 +245,20 @@ def _all_or_nothing(env: Mapping[str, str], cluster: str, problems: list[Problem
     return raw == "1"
 
 
+def _allow_shared_network(env: Mapping[str, str], problems: list[Problem]) -> bool | None:
+    """ALLOW_SHARED_NETWORK=1|0|true|false: whether local slots may run without their private network namespace."""
+    raw = env.get("ALLOW_SHARED_NETWORK", "").strip().lower()
+    if not raw:
+        return None
+    if raw not in ("1", "0", "true", "false"):
+        problems.append(Problem("ALLOW_SHARED_NETWORK", f"{raw!r} is neither 1 nor 0",
+                                "ALLOW_SHARED_NETWORK=1 lets local slots run with their training ports open to this "
+                                "machine's users and network where no private network namespace can be made; 0 (the "
+                                "default) refuses to start them there"))
+        return None
+    return raw in ("1", "true")
+
+
 def _datasets(env: Mapping[str, str], problems: list[Problem]) -> tuple[str, ...]:
     datasets = tuple(d for d in env.get("DATASETS", "").replace(",", " ").split() if d)
     problems.extend(Problem("DATASETS", f"{name!r} is not a dataset name", "list names like DATASETS=mnist")
@@ -314,6 +331,7 @@ def load(env: Mapping[str, str]) -> Settings:
         hang=health_knobs.hang(env, problems),
         netcheck=health_knobs.netcheck(env, problems),
         recover=health_knobs.recover(env, problems),
+        allow_shared_network=_allow_shared_network(env, problems),
         autostop=_autostop(env, problems),
         ttl=_duration(env, "TTL", problems),
         down=_down(env, cluster, problems),

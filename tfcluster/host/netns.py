@@ -13,7 +13,9 @@ own once no other process has been in its namespace for ``IDLE_S`` seconds (and 
 ``entering(state_dir, pythonpath)`` takes the state dir's lock, reuses the running holder or starts one, and yields
 it; inside the block the caller starts its process with ``wrap(argv, holder)`` (``nsenter``) and waits for
 ``joined``: a holder ends only under that lock, so it never ends between the two. Where no namespace can be made
-(no util-linux, user namespaces disabled, a container that forbids it) ``NetnsUnavailable`` says why and the fix.
+(no util-linux, user namespaces disabled, a container that forbids it) ``NetnsUnavailable`` says why and the fix;
+``probe(pythonpath)`` finds that out up front with a throwaway namespace (nothing stays). The slots are then refused
+(``refusal``) unless the job spec allows the shared network (``allow_shared_network``: ALLOW_SHARED_NETWORK=1).
 Standard library only.
 """
 
@@ -30,8 +32,9 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .jobspec import pid_alive, read_int
 
@@ -181,23 +184,73 @@ def _try_start(state_dir: str, unshare: Sequence[str], pythonpath: str, python: 
     return text[-1][:300] if text else f"exit code {proc.returncode}"
 
 
-def start_holder(state_dir: str, pythonpath: str, python: str = sys.executable,
-                 times: tuple[float, float] = (IDLE_S, GRACE_S)) -> Holder:
-    """Start a holder for ``state_dir`` (the caller holds its lock); NetnsUnavailable when none can be made."""
+def _candidates() -> tuple[bool, list[tuple[str, ...]]]:
+    """(root, the unshare command lines to try here); NetnsUnavailable when util-linux cannot make one."""
     missing = [tool for tool in ("unshare", "nsenter") if shutil.which(tool) is None]
     if missing:
         raise NetnsUnavailable(f"{' and '.join(missing)} not found", "install util-linux (2.38 or newer)")
     helped = subprocess.run(["unshare", "--help"], capture_output=True, text=True, check=False)
     root = os.geteuid() == 0
+    return root, unshare_candidates(root, helped.stdout + helped.stderr)
+
+
+def _unavailable(root: bool, errors: list[str]) -> NetnsUnavailable:
+    fix = userns_fix(_read) if not root else ("run where namespaces may be created (a container needs "
+                                              "CAP_SYS_ADMIN, e.g. docker run --cap-add SYS_ADMIN)")
+    return NetnsUnavailable("no network namespace could be made (" + "; ".join(errors) + ")", fix)
+
+
+def start_holder(state_dir: str, pythonpath: str, python: str = sys.executable,
+                 times: tuple[float, float] = (IDLE_S, GRACE_S)) -> Holder:
+    """Start a holder for ``state_dir`` (the caller holds its lock); NetnsUnavailable when none can be made."""
+    root, candidates = _candidates()
     errors: list[str] = []
-    for unshare in unshare_candidates(root, helped.stdout + helped.stderr):
+    for unshare in candidates:
         started = _try_start(state_dir, unshare, pythonpath, python, times)
         if isinstance(started, Holder):
             return started
         errors.append(f"`{' '.join(unshare)}`: {started}")
-    fix = userns_fix(_read) if not root else ("run where namespaces may be created (a container needs "
-                                              "CAP_SYS_ADMIN, e.g. docker run --cap-add SYS_ADMIN)")
-    raise NetnsUnavailable("no network namespace could be made (" + "; ".join(errors) + ")", fix)
+    raise _unavailable(root, errors)
+
+
+def probe(pythonpath: str, python: str = sys.executable) -> None:
+    """Make a namespace the way a holder does (unshare, ``lo`` up) and leave it at once: NetnsUnavailable when
+    none can be made here. One short process per unshare line; nothing stays."""
+    root, candidates = _candidates()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": pythonpath, "LANG": "C.UTF-8"}
+    errors: list[str] = []
+    for unshare in candidates:
+        argv = [*unshare, "--", python, "-m", "tfcluster.host.netns", "probe"]
+        try:
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=env, cwd="/",
+                                  timeout=READY_S, check=False)
+        except subprocess.TimeoutExpired:
+            errors.append(f"`{' '.join(unshare)}`: no answer in {READY_S:.0f} s")
+            continue
+        if done.returncode == 0 and done.stdout.strip() == b"ready":
+            return
+        text = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        errors.append(f"`{' '.join(unshare)}`: {text[-1][:300] if text else f'exit code {done.returncode}'}")
+    raise _unavailable(root, errors)
+
+
+# --- the policy: refuse the shared network unless the job allows it ---------------------------------------------------
+ALLOW_FIELD = "allow_shared_network"  # the job spec's field (the tf_job role: tf_job_allow_shared_network)
+ALLOW_HINT = "or ALLOW_SHARED_NETWORK=1 to run with the training ports open to this machine's users and network"
+
+
+def shared_allowed(spec: Mapping[str, Any]) -> bool:
+    """Whether the spec lets its local slots run in the shared network when no namespace can be made."""
+    value = spec.get(ALLOW_FIELD)
+    return value is True or str(value).strip().lower() in ("1", "true")
+
+
+def refusal(job: str, error: Exception) -> str:
+    """Why the local slots of ``job`` are not started (``error``: a NetnsUnavailable), and the two ways on."""
+    reason, fix = getattr(error, "reason", str(error)), getattr(error, "fix", "run as root")
+    return (f"the local slots of job {job} were not started: they run only in a private network namespace, and none "
+            f"can be made here ({reason}); TensorFlow's gRPC server has no authentication and listens on every "
+            f"interface. Fix: {fix}, {ALLOW_HINT}")
 
 
 @contextlib.contextmanager
@@ -265,10 +318,15 @@ def hold(state_dir: str, idle: float = IDLE_S, grace: float = GRACE_S, scan: flo
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["probe"]:  # run by probe() inside a throwaway namespace: lo comes up, then it ends
+        loopback_up()
+        sys.stdout.write("ready\n")
+        return 0
     if len(args) >= 2 and args[0] == "hold":  # hold STATE_DIR [MARK [IDLE GRACE]]
         idle, grace = (float(args[3]), float(args[4])) if len(args) >= 5 else (IDLE_S, GRACE_S)
         return hold(args[1], idle=idle, grace=grace, scan=min(SCAN_S, max(0.1, idle / 4)))
-    sys.stderr.write("usage: python3 -m tfcluster.host.netns hold STATE_DIR (started by the process backend)\n")
+    sys.stderr.write("usage: python3 -m tfcluster.host.netns hold STATE_DIR | probe (run by the process "
+                     "backend)\n")
     return 2
 
 

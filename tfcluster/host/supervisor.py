@@ -248,10 +248,23 @@ def netns_note(spec: Mapping[str, Any], error: Exception) -> str:
             f"to any machine that reaches it. Fix: {fix}")
 
 
+def refuse_shared_network(spec: Mapping[str, Any]) -> None:
+    """Up front (the job module's render, before any slot starts): JobError when the spec's local slots could get
+    no private network namespace here and the spec does not allow the shared network. Nothing stays."""
+    state_dir = spec.get("netns_dir")
+    if not state_dir or netns.shared_allowed(spec) or netns.running(state_dir) is not None:
+        return
+    try:
+        netns.probe(_pythonpath(spec))
+    except netns.NetnsUnavailable as error:
+        raise JobError(netns.refusal(spec["name"], error)) from error
+
+
 def _launch(spec: Mapping[str, Any], argv: list[str], popen: dict[str, Any]) -> tuple[subprocess.Popen[bytes],
                                                                                       dict[str, Any]]:
     """Start the supervisor: inside the job's private network namespace when the spec names one (``netns_dir``:
-    local slots; its task and every restart inherit it, and it keeps the namespace alive), else as it is."""
+    local slots; its task and every restart inherit it, and it keeps the namespace alive), else as it is. Where
+    none can be made the start is refused (JobError, nothing launched) unless the spec allows the shared network."""
     state_dir = spec.get("netns_dir")
     if not state_dir:
         return subprocess.Popen(argv, **popen), {}
@@ -265,6 +278,8 @@ def _launch(spec: Mapping[str, Any], argv: list[str], popen: dict[str, Any]) -> 
                                f"(make stop), remove {state_dir} and start it again")
             return proc, {"netns": "private"}
     except netns.NetnsUnavailable as error:
+        if not netns.shared_allowed(spec):
+            raise JobError(netns.refusal(spec["name"], error)) from error
         note = netns_note(spec, error)
     return subprocess.Popen(argv, **popen), {"netns": "shared", "netns_note": note}
 
@@ -282,6 +297,7 @@ def start(spec_file: str, check: bool = False) -> dict[str, Any]:
     _prepare(spec)
     with contextlib.suppress(OSError):
         os.unlink(main_pid_path(spec))
+    before = read_state(spec)
     atomic_write_text(state_path(spec), dumps({"state": STARTING, "updated_at": time.time()}) + "\n")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": _pythonpath(spec), "LANG": "C.UTF-8"}
     argv = [sys.executable, "-m", "tfcluster.host.supervisor", "supervise", os.path.abspath(spec_file),
@@ -289,8 +305,14 @@ def start(spec_file: str, check: bool = False) -> dict[str, Any]:
     with open_log(spec["log"]) as log:
         log.write(("--- tfcluster job start {} ---\n".format(time.strftime("%Y-%m-%dT%H:%M:%S"))).encode())
         log.flush()
-        proc, network = _launch(spec, argv, {"stdin": subprocess.DEVNULL, "stdout": log, "stderr": subprocess.STDOUT,
-                                             "start_new_session": True, "close_fds": True, "env": env, "cwd": "/"})
+        try:
+            proc, network = _launch(spec, argv, {"stdin": subprocess.DEVNULL, "stdout": log,
+                                                 "stderr": subprocess.STDOUT, "start_new_session": True,
+                                                 "close_fds": True, "env": env, "cwd": "/"})
+        except JobError as error:  # nothing runs: the state says what it said before (none: no file), the log why
+            _restore_state(spec, before)
+            log.write(f"tfcluster: {error}\n".encode())
+            raise
     deadline = time.time() + 10
     while time.time() < deadline:
         if read_int(main_pid_path(spec)) and read_state(spec).get("state") != STARTING:
@@ -300,6 +322,14 @@ def start(spec_file: str, check: bool = False) -> dict[str, Any]:
         time.sleep(0.05)
     return {"changed": True, "state": RUNNING, "supervisor_pid": proc.pid, "pid": read_int(main_pid_path(spec)),
             **network}
+
+
+def _restore_state(spec: Mapping[str, Any], before: Mapping[str, Any]) -> None:
+    if before:
+        atomic_write_text(state_path(spec), dumps(before) + "\n")
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(state_path(spec))
 
 
 def _kill_hard(*pids: int | None) -> None:

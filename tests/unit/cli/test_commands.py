@@ -50,6 +50,8 @@ def test_defaults_are_the_demo() -> None:
     ({"KERAS": "2"}, "KERAS: '2' is not one of legacy, 3"),
     ({"PREPARE": "yes"}, "PREPARE: 'yes' is not a prepare mode. Fix: PREPARE=force runs every prepare role"),
     ({"DATASETS": "mnist,../x"}, "DATASETS: '../x' is not a dataset name"),
+    ({"ALLOW_SHARED_NETWORK": "yes"}, "ALLOW_SHARED_NETWORK: 'yes' is neither 1 nor 0. Fix: ALLOW_SHARED_NETWORK=1 "
+                                      "lets local slots run with their training ports open"),
 ])
 def test_every_bad_setting_is_named_with_a_fix(env: dict[str, str], line: str) -> None:
     with pytest.raises(settings.SettingsError) as caught:
@@ -61,6 +63,30 @@ def test_autostop_settings_become_the_roles_vars() -> None:
     assert load(IDLE="10").autostop == {"autostop_enabled": True, "autostop_idle_minutes": 10, "autostop_mode": "jobs"}
     assert load(IDLE="off").autostop == {"autostop_enabled": False, "autostop_mode": "jobs"}
     assert load(CLUSTER="aws", DOWN="1").down == "terminate"
+
+
+@pytest.mark.parametrize(("raw", "value"), [("", None), ("1", True), (" TRUE ", True), ("true", True), ("0", False),
+                                            ("false", False)])
+def test_allow_shared_network_reaches_the_role_only_when_given(raw: str, value: bool | None) -> None:
+    """Issue 38: ALLOW_SHARED_NETWORK=1 -> tfcluster_allow_shared_network (the tf_job role's
+    tf_job_allow_shared_network, the job spec's allow_shared_network); not given: the role's default, false."""
+    s = load(ALLOW_SHARED_NETWORK=raw)
+    assert s.allow_shared_network is value
+    trusted, _ = command.playbook_vars(s)
+    assert trusted.get("tfcluster_allow_shared_network", "absent") == ("absent" if value is None else value)
+
+
+def test_allow_shared_network_is_a_make_variable_the_role_takes() -> None:
+    makefile = (paths.REPO_ROOT / "Makefile").read_text()
+    assert re.search(r"^ALLOW_SHARED_NETWORK \?=## CLUSTER=local: ", makefile, re.M)
+    assert re.search(r"^export .*\bALLOW_SHARED_NETWORK\b", makefile, re.M)
+    role = paths.PLAYBOOKS / "collections/ansible_collections/tfcluster/cluster/roles/tf_job"
+    defaults = yaml.safe_load((role / "defaults/main.yml").read_text())
+    assert defaults["tf_job_allow_shared_network"] == "{{ tfcluster_allow_shared_network | default(false) }}"
+    specs = yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert specs["tf_job_allow_shared_network"]["type"] == "bool"
+    job_spec = yaml.safe_load((role / "vars/main.yml").read_text())["_tf_job_spec"]
+    assert job_spec["allow_shared_network"] == "{{ tf_job_allow_shared_network | bool }}"
 
 
 def test_all_problems_at_once() -> None:

@@ -512,8 +512,10 @@ def test_local_slots_run_in_a_private_network_namespace(tmp_path: Path) -> None:
         supervisor.stop(str(spec))
 
 
-def test_without_a_namespace_the_task_still_runs_and_the_start_says_why(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_allowed_without_a_namespace_the_task_still_runs_and_the_start_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ALLOW_SHARED_NETWORK=1 (the spec's allow_shared_network); without it the start is refused (issue 38:
+    tests/unit/host/test_netns_refusal.py)."""
     from tfcluster.host import netns
 
     def refuse(*_args: object, **_kwargs: object) -> None:
@@ -522,7 +524,8 @@ def test_without_a_namespace_the_task_still_runs_and_the_start_says_why(tmp_path
                                      "sudo sysctl -w kernel.unprivileged_userns_clone=1 (or run as root)")
 
     monkeypatch.setattr(netns, "start_holder", refuse)
-    spec = write_spec(tmp_path, ["/bin/sh", "-c", "echo ran"], netns_dir=str(tmp_path / "ns"))
+    spec = write_spec(tmp_path, ["/bin/sh", "-c", "echo ran"], netns_dir=str(tmp_path / "ns"),
+                      allow_shared_network=True)
     started = supervisor.start(str(spec))
     assert started["netns"] == "shared"
     assert started["netns_note"].startswith("the local slots of job t run without a private network namespace (")

@@ -83,6 +83,29 @@ def test_rendered_refuses_a_bad_environment(tmp_path: Path, capsys: pytest.Captu
     assert out["failed"] and "environment variable name 'BAD NAME' is not valid" in out["msg"]
 
 
+def test_rendered_refuses_local_slots_that_get_no_namespace_before_writing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38: the render (before the gang start) refuses, so no slot starts; ALLOW_SHARED_NETWORK=1 renders."""
+    from ansible_collections.tfcluster.cluster.plugins.module_utils.host import netns  # the module's own copy
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise netns.NetnsUnavailable("no network namespace could be made (`unshare --net`: Operation not "
+                                     "permitted)", "sudo sysctl -w user.max_user_namespaces=15000 (or run as root)")
+
+    monkeypatch.setattr(netns, "probe", refuse)
+    args = render_args(tmp_path, ["/bin/true"])
+    args["spec_data"]["netns_dir"] = str(tmp_path / "ns")
+    out = run(job, args, capsys)
+    assert out["failed"] and "the local slots of job t were not started" in out["msg"]
+    assert ("Fix: sudo sysctl -w user.max_user_namespaces=15000 (or run as root), or ALLOW_SHARED_NETWORK=1 to run"
+            in out["msg"])
+    assert not (tmp_path / "etc").exists() and not (tmp_path / "run").exists()
+    assert run(job, args, capsys, check=True)["changed"] is True  # a dry run starts no probe
+    args["spec_data"]["allow_shared_network"] = True
+    assert run(job, args, capsys)["changed"] is True
+    assert jobspec.load_spec(str(tmp_path / "etc/t.json"))["allow_shared_network"] is True
+
+
 def test_started_stopped_and_finalized(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run(job, render_args(tmp_path, ["/bin/sh", "-c", "echo up; sleep 30"]), capsys)
     spec = str(tmp_path / "etc/t.json")

@@ -17,6 +17,9 @@ description:
   - For the process backend (no C(unit)) it also creates the task's log file, empty, mode 0640, owner root, the
     job's group (the supervisor appends to it), or sets an existing log's mode and group - never its content, never
     through a symlink. The systemd backend logs to the journal.
+  - A spec with C(netns_dir) (local slots) is refused before anything is written when no private network namespace
+    can be made here (one throwaway namespace is tried, not in check mode) and C(allow_shared_network) is not true;
+    C(started) refuses the same way and launches nothing.
   - C(started) starts the task as a supervised background process (hosts without systemd, local slots) unless its
     supervisor runs already; run as root, the supervisor drops the task to the spec's user.
   - C(stopped) sends SIGTERM (SIGKILL after the spec's stop_timeout); a no-op when nothing runs.
@@ -104,7 +107,12 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.tfcluster.cluster.plugins.module_utils.core.files import atomic_write_text
 from ansible_collections.tfcluster.cluster.plugins.module_utils.host.jobhome import prepare as prepare_home
 from ansible_collections.tfcluster.cluster.plugins.module_utils.host.jobspec import render_env_file
-from ansible_collections.tfcluster.cluster.plugins.module_utils.host.supervisor import finalize, start, stop
+from ansible_collections.tfcluster.cluster.plugins.module_utils.host.supervisor import (
+    finalize,
+    refuse_shared_network,
+    start,
+    stop,
+)
 from ansible_collections.tfcluster.cluster.plugins.module_utils.host.tfthreads import usable_cpus, with_interop_floor
 
 LOG_MODE = 0o640  # the task's log: root writes it (the supervisor), the job's group reads it, nobody else
@@ -205,6 +213,8 @@ def render(module: AnsibleModule) -> dict[str, Any]:
     missing = [key for key in ("env_file", "run_dir", "log", "model_dir") if not data.get(key)]
     if missing or params["env"] is None:
         module.fail_json(msg="state=rendered needs spec_data (with {}) and env".format(", ".join(missing) or "all"))
+    if not module.check_mode:  # local slots without a private network namespace: refused before any slot starts
+        refuse_shared_network(data)
     group = params["group"] if os.geteuid() == 0 else None
     out = Renderer(module)
     for path in {os.path.dirname(params["spec"]), os.path.dirname(data["env_file"]), data["run_dir"],
