@@ -59,6 +59,9 @@ FLOW_VARS: dict[str, object] = {
     "tf_job_restart_sec": 2,
     "tf_job_stall_timeout": 180,
     "tf_job_wait_timeout": 900,
+    # the network check before each gang start: half a second a link measures a veth as well as 2 s (both cores
+    # send at full rate while it runs); test_flow_health's throttled link keeps its own 1 s
+    "tf_job_netcheck_seconds": 0.5,
 }
 
 # A job's status.json as JSON lines, twice a second ({} while there is none), for as long as the SSH connection lasts.

@@ -237,16 +237,17 @@ class Lab(Access):
     def _signal_host(self, host: str) -> None:
         process.signal_host(self.paths, host)
 
-    def _stop_host(self, host: str) -> None:
-        process.stop_host(self.paths, host, self._procs.pop(host, None))
+    def _stop_host(self, host: str, grace: float = process.STOP_TIMEOUT) -> None:
+        process.stop_host(self.paths, host, self._procs.pop(host, None), grace)
 
     def start_host(self, host: str) -> None:
         """Boot a host that was powered off (its overlay kept), as a cloud instance is started again."""
         self._boot(self.host(host))
 
-    def stop_host(self, host: str) -> None:
-        """Power one host off cleanly (its files stay in its overlay until down())."""
-        self._stop_host(self.host(host).name)
+    def stop_host(self, host: str, grace: float = process.STOP_TIMEOUT) -> None:
+        """Power one host off cleanly (its files stay in its overlay until down()); ``grace`` 0: killed at once, as a
+        host that fails or a spot instance reclaimed without notice."""
+        self._stop_host(self.host(host).name, grace)
 
     def reinstall(self, name: str, address: str) -> str:
         """A fresh machine in a host's place, as a replaced cloud instance: powered off if it runs, a new disk (its

@@ -84,15 +84,17 @@ def signal_host(paths: LabPaths, host: str) -> None:
     system.signal_pids(targets, signal.SIGTERM)
 
 
-def stop_host(paths: LabPaths, host: str, proc: subprocess.Popen[bytes] | None) -> None:
-    """Wait for the host to power off (kill what is left after STOP_TIMEOUT), then remove its cgroup+mount."""
+def stop_host(paths: LabPaths, host: str, proc: subprocess.Popen[bytes] | None, grace: float = STOP_TIMEOUT) -> None:
+    """Wait for the host to power off (kill what is left after ``grace`` seconds; 0: at once, a pulled plug), then
+    remove its cgroup+mount."""
     groups = system.lab_cgroups(paths.lab, host)
 
     def pids() -> set[int]:
         return set().union(*(system.cgroup_pids(g) for g in groups))
 
-    if not system.wait_gone(pids, STOP_TIMEOUT):
-        log.warning("host %s did not power off within %.0f s; killing its processes", host, STOP_TIMEOUT)
+    if not system.wait_gone(pids, grace):
+        if grace > 0:
+            log.warning("host %s did not power off within %.0f s; killing its processes", host, grace)
         for _ in range(50):
             left = system.live(pids())
             if not left:

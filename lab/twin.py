@@ -341,15 +341,20 @@ class Twin:
         lab host powered off at once."""
         assert self.lab is not None
         self.ec2().terminate_instances(InstanceIds=[instance["InstanceId"]])
-        self.lab.stop_host(lab_name(instance))
+        self.lab.stop_host(lab_name(instance), grace=0)
 
-    def replaced(self, lost: Mapping[str, Any], timeout: float = 600) -> dict[str, Any]:
+    def replaced(self, lost: Mapping[str, Any], run: tuple[subprocess.Popen[str], Path, float, str],
+                 timeout: float = 600) -> dict[str, Any]:
         """Play the new instance of a lost one's slot (what `terraform apply -replace` launched): a fresh lab host in
         the lost one's place at the new private address (the image's layers below a new disk), its host keys on the
-        new instance's console. The new instance."""
+        new instance's console. The new instance. ``run``: the make that recovers (its log if it ends first)."""
         assert self.lab is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if run[0].poll() is not None:
+                tail = "\n".join(run[1].read_text(errors="replace").splitlines()[-60:])
+                raise TwinError(f"make {run[3]} exited {run[0].returncode} before slot {slot_of(lost)} had a new "
+                                f"instance:\n{tail}")
             found = [i for i in self.instances() if slot_of(i) == slot_of(lost)
                      and i["InstanceId"] != lost["InstanceId"] and i["State"]["Name"] in ("pending", "running")]
             if found:
@@ -358,7 +363,9 @@ class Twin:
                 (self.console_dir / new["InstanceId"]).write_text(cloud_init_console(key))
                 return new
             time.sleep(1)
-        raise TwinError(f"no new instance of slot {slot_of(lost)} within {timeout:.0f} s (did the recovery run?)")
+        tail = "\n".join(run[1].read_text(errors="replace").splitlines()[-60:])
+        raise TwinError(f"no new instance of slot {slot_of(lost)} within {timeout:.0f} s (did the recovery run?)\n"
+                        f"{tail}")
 
     def close(self) -> None:
         """Lab down, emulator stopped, the override and the twin's workspace state gone. Safe to call again."""

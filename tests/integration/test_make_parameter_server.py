@@ -1,6 +1,6 @@
 """ParameterServer on the embedded local cluster, through `make`, as a user runs it (issue 36): `make provision
 CLUSTER=local WORKERS=2 STRATEGY=parameter_server`, then the built-in trainer (default settings, real MNIST, one
-epoch) collected and verified, then a script in the shape of TensorFlow's parameter-server tutorial
+epoch of 300 steps) collected and verified, then a script in the shape of TensorFlow's parameter-server tutorial
 (examples/keras_parameter_server/train.py: ps and workers `join()` their server, the chief fits a DatasetCreator)
 whose job ends with its chief.
 
@@ -50,7 +50,7 @@ def env_file(cluster: LocalMake, host: str, job: str) -> dict[str, str]:
 def test_the_builtin_trainer_trains_on_pinned_slots_and_is_collected(ps_cluster: LocalMake) -> None:
     job = f"{ps_cluster.name}-trainer"
     train = ps_cluster.make("train", "CLUSTER=local", "WORKERS=2", "STRATEGY=parameter_server", "EPOCHS=1",
-                            f"JOB={job}", timeout=1200)
+                            "TRAINER_ARGS=--steps-per-epoch 300", f"JOB={job}", timeout=1200)
     assert train.returncode == 0, output(train)
     assert re.search(r"^\s+chief-0\s+chief:0\s+running/training\s+epoch 1/1", train.stdout, re.M), train.stdout
     assert "job:          parameter_server on chief + 1 ps + 2 worker(s), 1 epoch(s)" in train.stdout, train.stdout
@@ -69,7 +69,7 @@ def test_the_builtin_trainer_trains_on_pinned_slots_and_is_collected(ps_cluster:
 def test_a_tutorial_script_ends_with_its_chief(ps_cluster: LocalMake) -> None:
     job = f"{ps_cluster.name}-script"
     train = ps_cluster.make("train", "CLUSTER=local", "WORKERS=2", "STRATEGY=parameter_server", f"SCRIPT={EXAMPLE}",
-                            "DATASETS=mnist", "SCRIPT_ARGS=--epochs 2 --steps-per-epoch 200", f"JOB={job}",
+                            "DATASETS=mnist", "SCRIPT_ARGS=--epochs 2 --steps-per-epoch 60", f"JOB={job}",
                             timeout=1200)
     assert train.returncode == 0, output(train)
     assert ("the chief chief-0 finished; its ParameterServer tasks still serving (ps-0, worker-0, worker-1) are "

@@ -202,15 +202,18 @@ def _epoch_done(twin: Twin, job: str, chief: str, stop: Callable[[], bool]) -> b
 def test_a_lost_instance_is_replaced_alone_and_the_job_resumes(twin: Twin) -> None:
     assert twin.lab is not None
     before = {slot_of(i): i for i in twin.instances()}
-    stamp = "stat -c %Y /opt/tfcluster/prepared.sha256"
+    # worker-0's runtime is kept: its venv is not built again (its prepare runs again, as its firewall must let the
+    # new worker-1's address in; every role finds its work done)
+    stamp = "stat -c %Y /opt/tfcluster/venv/pyvenv.cfg"
     prepared = twin.lab.ssh("tw-worker-0", stamp).stdout.strip()
     job = _job("recover")
     started = twin.make_async("train", JOB=job, RECOVER="1", **{**TRAIN_VARS, "EPOCHS": "5",
                                                                  "TRAINER_ARGS": "--steps-per-epoch 40"})
     assert _epoch_done(twin, job, "tw-worker-0", lambda: started[0].poll() is not None), "no epoch ended"
-    twin.lose(before["worker-1"])
+    with twin.lab.cpu_limited(0.1, ["tw-worker-0"]):  # the job must still run when worker-1 is lost (5 s unslowed)
+        twin.lose(before["worker-1"])
     lost_at = time.monotonic()
-    new = twin.replaced(before["worker-1"])  # the recovery's apply launched it: a fresh host plays it
+    new = twin.replaced(before["worker-1"], started)  # the recovery's apply launched it: a fresh host plays it
     training = _first_step(twin, job, "tw-worker-0", lambda: started[0].poll() is not None)
     run = twin.wait(started, timeout=1500)
     _ok(run)
@@ -220,12 +223,13 @@ def test_a_lost_instance_is_replaced_alone_and_the_job_resumes(twin: Twin) -> No
     after = {slot_of(i): i["InstanceId"] for i in twin.instances()}
     assert after == {"worker-0": before["worker-0"]["InstanceId"], "worker-1": new["InstanceId"]}
     assert new["InstanceId"] != before["worker-1"]["InstanceId"]
-    assert twin.lab.ssh("tw-worker-0", stamp).stdout.strip() == prepared  # worker-0 was not prepared again
+    assert twin.lab.ssh("tw-worker-0", stamp).stdout.strip() == prepared  # worker-0's runtime was kept
     record = json.loads((REPO / "artifacts" / "aws" / job / "job.json").read_text())
     recovery = record["recoveries"][0]
     assert recovery["slot"] == "worker-1" and recovery["why"].startswith("terminated"), record
     metrics = json.loads((REPO / "artifacts" / "aws" / job / "current" / "metrics.json").read_text())
     assert metrics["epochs"] == 5 and int(metrics.get("resumes") or 0) >= 1, metrics
+    assert isinstance(recovery["steps_lost"], int) and recovery["steps_lost"] >= 0, recovery
     FIGURES["recover_steps_lost"] = recovery["steps_lost"]
     print(f"[twin] lost worker-1 -> training again after {FIGURES['recover_to_training_s']} s; steps lost "
           f"{recovery['steps_lost']}; ledger {recovery}")

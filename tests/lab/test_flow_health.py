@@ -64,12 +64,13 @@ def test_a_capped_host_is_named_a_straggler_and_a_stopped_task_is_a_hang_with_st
         flow_lab.wait_for_training("f-w1", job, (run[0], run[1], argv, time.monotonic()))
         # The straggler: f-w1 gets a fifth of a core; its compute time a step grows, the others' stays.
         with flow_lab.lab.cpu_limited(0.2, ["f-w1"]):
-            capped = time.monotonic()
             try:
                 named = wait_until(lambda: seen_in(run[1], r"^\s+f-w1\s+worker:1\s+.*STRAGGLER \d+% slower"), 300,
                                    "the live view never named f-w1 a straggler")
             except AssertionError as exc:
                 raise AssertionError(f"{exc}\n{run[1].read_text(errors='replace')[-5000:]}") from None
+            # The figure, not a bound: on a loaded run f-w1 may trail by 15 % before its cap, so its episode can
+            # start earlier (the episode's own length is straggler_round's, unit-tested).
             print(f"[health] f-w1 capped -> named a straggler after {named:.1f} s (STRAGGLER after "
                   f"{STRAGGLER_AFTER} s)")
             status_argv, status_env = flow_lab.command("status", hosts_file, job)
@@ -78,7 +79,6 @@ def test_a_capped_host_is_named_a_straggler_and_a_stopped_task_is_a_hang_with_st
             assert status.returncode == 0, status.stdout[-3000:] + status.stderr[-2000:]
             assert re.search(r"^\s+f-w1: STRAGGLER \d+% slower now$", status.stdout, re.M), status.stdout
             assert not re.search(r"^\s+f-(chief|w0): STRAGGLER", status.stdout, re.M), status.stdout
-            assert named >= STRAGGLER_AFTER and time.monotonic() - capped < 300
         # The hang: f-w0's trainer stopped mid-epoch; its peers wait for it in the all-reduce.
         pid = flow_lab.trainer_pids("f-w0", job)[0]
         flow_lab.lab.ssh("f-w0", f"kill -STOP {pid}")

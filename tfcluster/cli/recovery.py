@@ -2,12 +2,12 @@
 
 When a train fails and the kind owns its hosts (CLUSTER=aws), the kind says which slots lost their instance (a spot
 interruption, a termination, failing status checks). With a recovery left, each lost slot's instance alone is
-replaced (Terraform), and the train runs again: the prepare stage skips every host whose prepared stamp matches (the
-others) and prepares the new one, and the job starts again from the newest backup every task agrees on. Each
-recovery goes to the job's ledger and the terminal: the slot, why, how long until the job trained again, the steps
-lost. Without a recovery left (RECOVER=0, or spent), the failure names the lost slot and the command that recovers.
-A kind whose hosts tfcluster does not own (onprem, local) names the lost host and the command that resumes the job
-once the host is back.
+replaced (Terraform), and the train runs again: the prepare stage prepares the new host, and the others again only
+as far as the new address reaches (their firewall; their runtimes are in place), and the job starts again from the
+newest backup every task agrees on. Each recovery goes to the job's ledger and the terminal: the slot, why, how long
+until the job trained again, the steps lost. Without a recovery left (RECOVER=0, or spent), the failure names the
+lost slot and the command that recovers. A kind whose hosts tfcluster does not own (onprem, local) names the lost
+host and the command that resumes the job once the host is back.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from tfcluster.collect import ledger
 from tfcluster.core.text import printable
 from tfcluster.kinds import KindError
+from tfcluster.run.view import progress_steps
 
 
 def budget(settings: Any) -> int:
@@ -34,17 +35,6 @@ def intro(settings: Any, left: int) -> str:
         return (f"recovery: RECOVER={left}: a lost host's instance is replaced alone and the job resumes from its "
                 "backups")
     return "recovery: off (RECOVER=0): a lost host fails the job, naming the command that replaces it"
-
-
-def progress_steps(tasks: Sequence[Mapping[str, Any]]) -> int | None:
-    """The furthest step any task reported: (epoch - 1) x steps_per_epoch + step."""
-    best = None
-    for task in tasks:
-        epoch, step, steps = task.get("epoch"), task.get("step"), task.get("steps_per_epoch")
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in (epoch, step, steps)):
-            value = (epoch - 1) * steps + step
-            best = value if best is None else max(best, value)
-    return best
 
 
 def resumed_steps(tasks: Sequence[Mapping[str, Any]], trained: int | None) -> int | None:
@@ -70,7 +60,7 @@ def recover(cmd: Any, run: str, train: Callable[[], int]) -> int:
             cmd.say(f"lost: {named}. Fix: make train RECOVER=1 replaces {'them' if len(lost) > 1 else 'it'} alone "
                     "and resumes the job from its backups")
             return code
-        trained, started = progress_steps(cmd.view.tasks), time.monotonic()
+        trained, started = cmd.view.furthest, time.monotonic()
         for slot, why in lost.items():
             cmd.say(f"recovering {slot}: its instance is {printable(why, 200)}; replacing it alone")
             for line in s.kind.replace_slot(s.target, slot):

@@ -27,9 +27,10 @@ class Aws(Kind):
     traits: ClassVar[Traits] = Traits(autostop=True, firewall=True, boot_wait=600)  # instances print keys in 1-4 min
 
     def outputs(self, target: Target) -> dict[str, Any]:
-        """The applied root's outputs ({} before the first apply)."""
+        """The applied root's outputs ({} before the first apply). Terraform itself finds the state: a workspace's
+        (terraform.tfstate.d/, TF_WORKSPACE, TF_DATA_DIR) or a remote backend's as well as ./terraform.tfstate."""
         tf_dir = self.tf_dir(target)
-        if tf_dir is None or not (tf_dir / "terraform.tfstate").is_file():
+        if tf_dir is None or not tf_dir.is_dir():
             return {}
         return provision_aws.outputs(tf_dir, toolchain.terraform_env(provider=self.provider))
 

@@ -104,6 +104,17 @@ def straggler_notes(tasks: Sequence[Mapping[str, Any]]) -> list[str]:
             if (mark := straggler_mark(task.get("straggler")))]
 
 
+def progress_steps(tasks: Sequence[Mapping[str, Any]]) -> int | None:
+    """The furthest step any task reports: (epoch - 1) x steps_per_epoch + step; None when none reports one."""
+    best = None
+    for task in tasks:
+        epoch, step, steps = task.get("epoch"), task.get("step"), task.get("steps_per_epoch")
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in (epoch, step, steps)):
+            value = (epoch - 1) * steps + step
+            best = value if best is None else max(best, value)
+    return best
+
+
 @dataclass
 class View:
     """Renders events onto ``out``. ``tty``: redraw the progress block in place; else reprint it on a change of
@@ -122,6 +133,7 @@ class View:
     show_progress: bool = True  # make status prints its table at the end instead
     first_training: list[dict[str, Any]] = field(default_factory=list)  # the first progress that shows a step
     first_training_at: float | None = None  # when it came (self.clock)
+    furthest: int | None = None  # the furthest step any task reported so far (progress_steps)
 
     def line(self, text: str = "") -> None:
         self._drawn = 0
@@ -144,6 +156,9 @@ class View:
 
     def _on_progress(self, event: Mapping[str, Any]) -> None:
         self.tasks = [dict(task) for task in event.get("tasks") or []]
+        reached = progress_steps(self.tasks)
+        if reached is not None and (self.furthest is None or reached > self.furthest):
+            self.furthest = reached
         if not self.first_training and any(number(t.get("step")) for t in self.tasks):
             self.first_training, self.first_training_at = self.tasks, self.clock()
         if self.show_progress:

@@ -39,7 +39,13 @@ class FakeCommand:
     def __init__(self, kind: FakeKind, recover: int | None, job_dir: Path) -> None:
         self.s, self.job_dir, self.out = FakeSettings(kind, recover), job_dir, io.StringIO()
         self.view = View(self.out, tty=False)
-        self.view.tasks = [{"host": "w0", "epoch": 3, "step": 40, "steps_per_epoch": 100}]  # 240 steps trained
+        self.view.show_progress = False
+        # 240 steps trained; then the lost host's peer restarts and reports no step (the last progress before the
+        # failure): steps lost count from the furthest step seen
+        trained = {"host": "w0", "epoch": 3, "step": 40, "steps_per_epoch": 100}
+        self.view.handle({"event": "progress", "tasks": [trained]})
+        self.view.handle({"event": "progress", "tasks": [{"host": "w0", "state": "running/connecting"}]})
+        self.view.first_training, self.view.first_training_at = [], None
 
     def say(self, text: str) -> None:
         self.view.line(text)
