@@ -72,7 +72,7 @@ def _load(cmd: Command, transport: Any) -> Any:
 
     record = transport.submitted()
     if record is None and _record_file(cmd).is_file():
-        record = Record.from_json(_record_file(cmd).read_text())
+        record = transport.checked(Record.from_json(_record_file(cmd).read_text()), str(_record_file(cmd)))
     if record is None:
         raise CommandError(f"no Slurm job was submitted for JOB={cmd.s.job} on {transport.cluster_name}. Fix: "
                            f"`make train CLUSTER=slurm JOB={cmd.s.job}`")

@@ -371,8 +371,9 @@ class Submission:
 
 
 def render_sbatch(sub: Submission) -> str:
-    """The batch script: the allocation in #SBATCH lines, one fail-fast srun step of tfcluster.host.slurm_task.
-    Every value in it was checked (names, numbers, plain paths); the shell words are quoted all the same."""
+    """The batch script: the allocation in #SBATCH lines, one fail-fast srun step of tfcluster.host.slurm_task, run
+    from the release (the job directory, which the tasks write, is never first on sys.path). Every value in it was
+    checked (names, numbers, plain paths); the shell words are quoted all the same."""
     cf, layout = sub.cluster, sub.layout
     lines = ["#!/bin/bash",
              f"# tfcluster job {sub.job} of cluster {sub.cluster_name}: written by `make train CLUSTER=slurm` "
@@ -386,7 +387,7 @@ def render_sbatch(sub: Submission) -> str:
     lines += [f"#SBATCH --gpus-per-node={cf.gpus_per_node}"] if cf.gpus_per_node else []
     lines += [f"#SBATCH --time={slurm_time(sub.max_duration)}"] if sub.max_duration else []
     lines += [f"#SBATCH --signal=TERM@{cf.grace}", "#SBATCH --requeue", "#SBATCH --open-mode=append",
-              f"#SBATCH --output={layout.job_dir}/logs/batch.out", f"#SBATCH --chdir={layout.job_dir}",
+              f"#SBATCH --output={layout.job_dir}/logs/batch.out", f"#SBATCH --chdir={layout.release(sub.release)}",
               "set -u"]
     lines += [f"module load {shlex.quote(cf.python.module)}"] if cf.python.module else []
     lines += [f"export PYTHONPATH={shlex.quote(layout.release(sub.release))}"]

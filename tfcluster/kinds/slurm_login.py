@@ -36,6 +36,7 @@ from tfcluster.core.files import atomic_write_text
 from tfcluster.core.paths import CACHE
 from tfcluster.core.sshkeys import known_hosts_line
 from tfcluster.core.text import PrintableWriter, printable
+from tfcluster.kinds import slurm_guard as guard
 from tfcluster.kinds.base import JobRequest, KindError, Target
 from tfcluster.kinds.slurm_file import (
     ClusterFile,
@@ -60,9 +61,9 @@ RECORD = "slurm.json"  # artifacts/slurm/<job>/slurm.json: the submitted job, fo
 
 # Unpack a content-addressed tree from stdin into DEST/NAME, verified against its digest, atomically; a tree that is
 # already there is kept (and stdin read away). $1 DEST, $2 NAME, $3 the python, $4 PYTHONPATH for the digest check.
-STAGE_SCRIPT = r"""set -eu
+STAGE_SCRIPT = guard.GUARD + r"""set -eu
 dest=$1 name=$2 py=$3 path=$4
-if [ -d "$dest/$name" ]; then cat >/dev/null; echo present; exit 0; fi
+if [ -d "$dest/$name" ]; then cat >/dev/null; mine "$dest/$name"; echo present; exit 0; fi
 mkdir -p "$dest"
 tmp=$(mktemp -d "$dest/.incoming-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -70,18 +71,20 @@ tar -xzf - -C "$tmp" --no-same-owner --no-same-permissions
 got=$(cd "$tmp" && PYTHONPATH="${path:-$tmp}" "$py" -c \
   'import sys; from tfcluster.core.files import tree_digest; print(tree_digest("."))')
 [ "$got" = "$name" ] || { echo "content digest $got, not $name" >&2; exit 3; }
-chmod -R a+rX "$tmp"
+chmod -R u+rwX,go-rwx "$tmp"
 mv -T "$tmp" "$dest/$name" 2>/dev/null || [ -d "$dest/$name" ]
+mine "$dest/$name"
 trap - EXIT
 echo copied
 """
 # Write the job's files (a tar on stdin) into its directory, each only when it is not there (content-addressed).
-FILES_SCRIPT = r"""set -eu
+FILES_SCRIPT = guard.GUARD + r"""set -eu
 dir=$1
+if [ -e "$dir" ]; then mine "$dir"; fi
 mkdir -p "$dir/logs" "$dir/run" "$dir/tasks"
 tmp=$(mktemp -d "$dir/.incoming-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-tar -xf - -C "$tmp" --no-same-owner
+tar -xf - -C "$tmp" --no-same-owner --no-same-permissions
 for f in "$tmp"/*; do [ -e "$dir/${f##*/}" ] || mv "$f" "$dir/"; done
 echo written
 """
@@ -99,8 +102,9 @@ echo "submitted $id"
 """
 # Build a venv from a hash-pinned lock (and a wheelhouse) into DEST, atomically (tasks run `python -m`, so a moved
 # venv's console-script shebangs do not matter). $1 DEST $2 LOCK $3 WHEELHOUSE ('' none) $4 the python
-BUILD_SCRIPT = r"""set -eu
+BUILD_SCRIPT = guard.GUARD + r"""set -eu
 dest=$1 lock=$2 wheels=$3 py=$4
+if [ -e "$dest" ]; then mine "$dest"; fi
 if [ -x "$dest/bin/python" ]; then echo present; exit 0; fi
 mkdir -p "$(dirname "$dest")"
 tmp=$(mktemp -d "$dest.incoming-XXXXXX")
@@ -109,8 +113,9 @@ trap 'rm -rf "$tmp"' EXIT
 set -- --quiet --disable-pip-version-check --require-hashes --only-binary :all: --no-deps -r "$lock"
 if [ -n "$wheels" ]; then set -- "$@" --no-index --find-links "$wheels"; fi
 "$tmp/bin/python" -m pip install "$@"
-chmod -R a+rX "$tmp"
+chmod -R u+rwX,go-rwx "$tmp"
 mv -T "$tmp" "$dest" 2>/dev/null || [ -x "$dest/bin/python" ]
+mine "$dest"
 trap - EXIT
 echo built
 """
@@ -130,8 +135,7 @@ echo "@@shared"; if [ -d "$shared" ] && [ -w "$shared" ]; then echo ok; else ech
 echo "@@python"; if [ -z "$py" ] || [ -x "$py" ]; then echo ok; else echo missing; fi
 echo "@@tool"; "$tool" -c 'import sys; print("ok" if sys.version_info >= (3, 8) else "old")' 2>&1 | head -3
 echo "@@submitted"; head -c 65536 "$submitted" 2>/dev/null; echo
-echo "@@end"
-"""
+""" + guard.PREFLIGHT_SHARED + 'echo "@@end"\n'
 
 
 class LoginError(KindError):
@@ -240,6 +244,9 @@ def preflight_problems(cf: ClusterFile, found: Mapping[str, list[str]]) -> list[
         problems.append(Problem(f"{where}: shared_dir", f"{cf.shared_dir} is not a writable directory on the "
                                 "login node", "create it on the shared filesystem every node mounts (or fix its "
                                 "permissions)"))
+    else:
+        problems += guard.shared_dir_problems(where, found.get("uid", []), found.get("dirs", []),
+                                              found.get("foreign", []))
     if found.get("python", [""])[0:1] != ["ok"]:
         problems.append(Problem(f"{where}: python.venv", f"{cf.python.venv}/bin/python does not exist on the login "
                                 "node", "create the venv on the shared filesystem, or use python: {build: cpu}"))
@@ -387,7 +394,7 @@ class SlurmTransport:
         """Run ``words`` on the login node; LoginError when SSH itself fails (exit 255: the node cannot be
         reached, or its key does not match)."""
         started = time.monotonic()
-        answer = run_bounded(self.reach().argv(words), timeout=timeout, stdin=stdin, limit=limit)
+        answer = run_bounded(self.reach().argv(guard.remote(words)), timeout=timeout, stdin=stdin, limit=limit)
         shown = [f"<{words[3]} script>", *words[4:8]] if list(words[:2]) == ["sh", "-c"] else list(words[:8])
         self.log.append(f"login {self.name}: {' '.join(shown)}{' ...' if len(words) > 8 else ''}: exit "
                         f"{answer.code} in {time.monotonic() - started:.1f} s")
@@ -403,8 +410,9 @@ class SlurmTransport:
         return answer
 
     def tool(self, release: str, *args: str) -> list[str]:
-        """``python3 -m tfcluster.host.slurm_task ARGS`` from the staged release, on the login node."""
-        return ["env", f"PYTHONPATH={release}", self.cf.login.python, "-m", "tfcluster.host.slurm_task", *args]
+        """``python3 -m tfcluster.host.slurm_task ARGS`` from the staged release, on the login node (slurm_guard)."""
+        return ["sh", "-c", guard.TOOL_SCRIPT, "tool", release, f"{self.cf.shared_dir}/{guard.PYCACHE}",
+                self.cf.login.python, *args]
 
     @property
     def layout(self) -> Layout:
@@ -428,7 +436,7 @@ class SlurmTransport:
         active = [line.split("|")[0] for line in found.get("active", []) if contract.is_digits(line.split("|")[0])]
         if not active:
             return None
-        record = Record.from_json("\n".join(found.get("submitted", [])))
+        record = self.checked(Record.from_json("\n".join(found.get("submitted", []))), self.layout.submitted)
         job_id = max(active, key=int)
         if record is None or record.job_id != job_id:
             raise LoginError([Problem("JOB", f"Slurm job {job_id} named {job_name(self.cluster_name, self.target.job)}"
@@ -495,7 +503,8 @@ class SlurmTransport:
 
         lock_file = lock.GPU_LOCK if self.cf.python.build == "gpu" else lock.CPU_LOCK
         digest = hashlib.sha256(lock_file.read_bytes()).hexdigest()
-        if self.ssh(["test", "-x", f"{layout.venv(digest)}/bin/python"]).code == 0:
+        if self.ssh(["sh", "-c", guard.GUARD + 'mine "$1" && [ -x "$1/bin/python" ]', "venv", layout.venv(digest)],
+                    timeout=BUILD_TIMEOUT).code == 0:
             return digest, False
         with tempfile.TemporaryDirectory(prefix="tfcluster-lock-") as tmp:
             tree = Path(tmp) / "tree"
@@ -532,7 +541,7 @@ class SlurmTransport:
             for name, text in files.items():
                 data = text.encode()
                 info = tarfile.TarInfo(name)
-                info.size, info.mode = len(data), 0o644
+                info.size, info.mode = len(data), 0o600
                 tar.addfile(info, io.BytesIO(data))
         with tempfile.TemporaryFile() as handle:
             handle.write(buffer.getvalue())
@@ -564,7 +573,17 @@ class SlurmTransport:
     def submitted(self) -> Record | None:
         """The job last submitted from this job's directory (its submitted.json on the shared directory)."""
         answer = self.ssh(["head", "-c", "65536", self.layout.submitted], limit=65536)
-        return Record.from_json(answer.out) if answer.code == 0 else None
+        return self.checked(Record.from_json(answer.out), self.layout.submitted) if answer.code == 0 else None
+
+    def checked(self, record: Record | None, source: str) -> Record | None:
+        """``record`` (read from ``source``) when its paths and chief are the layout's; else LoginError."""
+        slots = [f"{t}-{i}" for t, i in slurm.declared_slots(self.cf.tasks)]
+        problems = [] if record is None else guard.record_problems(
+            source, release=record.release, spec=record.spec, chief_slot=record.chief_slot,
+            shared_dir=self.cf.shared_dir, job_dir=self.layout.job_dir, slots=slots)
+        if problems:
+            raise LoginError(problems)
+        return record
 
     # --- watch ------------------------------------------------------------------------------------------------------
     def poll(self, record: Record, lines: int = 20) -> tuple[dict[str, Any], dict[str, dict[str, Any]],
@@ -614,7 +633,7 @@ class SlurmTransport:
 
     def follow_argv(self, record: Record, slot: str | None) -> list[str]:
         words = self.tool(record.release, "logs", record.spec, "--job-id", record.job_id, "--follow")
-        return self.reach().argv(words + (["--slot", slot] if slot else []))
+        return self.reach().argv(guard.remote(words + (["--slot", slot] if slot else [])))
 
     def follow(self, record: Record, slot: str | None, out: Any) -> int:
         from tfcluster.run.follow import FOLLOW_LINE_LIMIT, stream

@@ -100,7 +100,8 @@ def test_the_batch_script_asks_for_the_allocation_and_one_fail_fast_step() -> No
                  "#SBATCH --qos=normal", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2",
                  "#SBATCH --cpus-per-task=4", "#SBATCH --gpus-per-node=8", "#SBATCH --time=0-03:01:00",
                  "#SBATCH --signal=TERM@120", "#SBATCH --requeue",
-                 "#SBATCH --output=/shared/tf/jobs/hpc/mnist/logs/batch.out"):
+                 "#SBATCH --output=/shared/tf/jobs/hpc/mnist/logs/batch.out",
+                 f"#SBATCH --chdir=/shared/tf/releases/{'r' * 64}"):  # never the job dir: first on sys.path
         assert line in text.splitlines(), line
     step = text.splitlines()[-1]
     assert step.startswith("exec srun --kill-on-bad-exit=1 --distribution=block --nodes=2 --ntasks-per-node=2 "
@@ -173,7 +174,8 @@ def test_the_settings_read_slurm_and_report_the_files_problems(tmp_path: Path) -
 def answer(**parts: list[str]) -> dict[str, list[str]]:
     found = {"rc": ["0"], "partition": ["PartitionName=gpu TotalNodes=3 State=UP"], "partitions": ["gpu*", "cpu"],
              "nodes": ["3|8|gpu:4"], "active": [], "shared": ["ok"], "python": ["ok"], "tool": ["ok"],
-             "submitted": [], "end": []}
+             "submitted": [], "uid": ["1000"], "dirs": ["self 1000 700 /shared/tf", "parent 0 755 /shared"],
+             "foreign": [], "end": []}
     return {**found, **parts}
 
 
