@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,28 +25,18 @@ import time
 import uuid
 from pathlib import Path
 
-from bench import emit
+from bench import emit, free_ports
 
 REPO = Path(__file__).resolve().parents[1]
 LAYOUTS: dict[str, dict[str, int]] = {"multi_worker_mirrored": {"worker": 2},
                                       "parameter_server": {"chief": 1, "ps": 1, "worker": 2}}
 
 
-def _ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def run_layout(tasks: dict[str, int], *, pinned: bool, env_extra: dict[str, str], epochs: int, steps: int,
                hang_after: float) -> dict[str, object]:
     """One job of trainer processes on loopback; its chief's metrics, or {"hung": seconds} when no task ended."""
     tmp = Path(tempfile.mkdtemp(prefix="tfcluster-slots-"))
-    ports = iter(_ports(sum(tasks.values())))
+    ports = iter(free_ports(sum(tasks.values())))
     cluster = {t: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for t, n in tasks.items()}
     names = [(t, i) for t in ("chief", "ps", "worker") for i in range(tasks.get(t, 0))]
     procs = []
@@ -123,7 +112,8 @@ def first_step_through_make(epochs: int) -> dict[str, object]:
     name = f"bench-ps-{uuid.uuid4().hex[:6]}"
     make_vars = [f"JOB={name}", f"TFCLUSTER_TF_DIR={tmp / 'infra' / 'local'}", f"TFCLUSTER_CLUSTER={name}",
                  "CLUSTER=local", "WORKERS=2", "STRATEGY=parameter_server"]
-    env = {**os.environ, "TFCLUSTER_LOCALAWS_DIR": str(tmp / "localaws"), "TFCLUSTER_LOCALAWS_PORT": str(_ports(1)[0])}
+    env = {**os.environ, "TFCLUSTER_LOCALAWS_DIR": str(tmp / "localaws"),
+           "TFCLUSTER_LOCALAWS_PORT": str(free_ports(1)[0])}
     status = REPO / ".cache" / "local" / name / "chief-0" / "var" / "lib" / "tfcluster" / name / "status.json"
     try:
         subprocess.run(["make", "provision", *make_vars], cwd=REPO, env=env, check=True, capture_output=True)

@@ -14,12 +14,13 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bench import free_ports
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,20 +42,10 @@ def _met(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
-def _ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def run_cluster(workers: int, flags: list[str], epochs: int, data: Path) -> dict[str, object]:
     tmp = Path(tempfile.mkdtemp(prefix="tfcluster-scaling-"))
     try:
-        cluster = {"worker": [f"127.0.0.1:{p}" for p in _ports(workers)]}
+        cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(workers)]}
         procs = []
         for index in range(workers):
             env = dict(os.environ)

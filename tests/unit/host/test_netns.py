@@ -181,8 +181,8 @@ def run_as_nobody(work: Path, nobody: pwd.struct_passwd) -> None:
     assert user.returncode == 0
 
 
-def test_no_namespace_is_named_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A container that forbids unshare(2): the reason and the fix, no holder left."""
+def fake_util_linux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """unshare as in a container that forbids unshare(2) (it says so and fails), first on PATH."""
     tools = tmp_path / "bin"
     tools.mkdir()
     (tools / "unshare").write_text("#!/bin/sh\n[ \"$1\" = --help ] && { echo ' --map-current-user --keep-caps'; "
@@ -191,6 +191,11 @@ def test_no_namespace_is_named_with_the_fix(tmp_path: Path, monkeypatch: pytest.
     for tool in tools.iterdir():
         tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+
+
+def test_no_namespace_is_named_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container that forbids unshare(2): the reason and the fix, no holder left."""
+    fake_util_linux(tmp_path, monkeypatch)
     with pytest.raises(netns.NetnsUnavailable) as caught:
         netns.ensure(str(tmp_path / "ns"), str(REPO))
     assert "unshare failed: Operation not permitted" in caught.value.reason

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.host.test_netns import fake_util_linux
 from tfcluster.host import jobspec, jobstatus, netns, supervisor
 
 REPO = Path(__file__).resolve().parents[3]
@@ -64,18 +65,6 @@ def _wait(spec: Path, state: str, timeout: float = 15) -> dict[str, Any]:
     return jobstatus.status(str(spec))
 
 
-def _fake_util_linux(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """unshare as in a container that forbids unshare(2) (it says so and fails)."""
-    tools = tmp_path / "bin"
-    tools.mkdir()
-    (tools / "unshare").write_text("#!/bin/sh\n[ \"$1\" = --help ] && { echo ' --map-current-user --keep-caps'; "
-                                   "exit 0; }\necho 'unshare: unshare failed: Operation not permitted' >&2; exit 1\n")
-    (tools / "nsenter").write_text("#!/bin/sh\nexit 1\n")
-    for tool in tools.iterdir():
-        tool.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
-
-
 def test_the_refusal_names_the_cause_the_fix_and_the_way_to_allow_it() -> None:
     text = netns.refusal("mnist", netns.NetnsUnavailable(REASON, FIX))
     assert text.startswith("the local slots of job mnist were not started: they run only in a private network "
@@ -121,7 +110,7 @@ def test_a_refused_restart_keeps_the_state_it_had(tmp_path: Path, no_namespace: 
 def test_a_container_that_forbids_namespaces_leaves_no_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                launched: list[list[str]]) -> None:
     """The real path: unshare itself fails; only its own tries ran, each ended, and no supervisor."""
-    _fake_util_linux(tmp_path, monkeypatch)
+    fake_util_linux(tmp_path, monkeypatch)
     spec = write_spec(tmp_path, ["/bin/sh", "-c", f"touch {tmp_path / 'ran'}"])
     with pytest.raises(jobspec.JobError, match=r"unshare failed: Operation not permitted\).*Fix: .*"
                                                r"or ALLOW_SHARED_NETWORK=1 to run"):
@@ -145,7 +134,7 @@ def test_allowed_the_shared_network_the_task_runs_with_the_note(tmp_path: Path, 
 
 def test_the_up_front_check_refuses_before_anything_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                launched: list[list[str]]) -> None:
-    _fake_util_linux(tmp_path, monkeypatch)
+    fake_util_linux(tmp_path, monkeypatch)
     spec = jobspec.load_spec(str(write_spec(tmp_path, ["/bin/true"])))
     with pytest.raises(jobspec.JobError, match=r"were not started.*Operation not permitted.*ALLOW_SHARED_NETWORK=1"):
         supervisor.refuse_shared_network(spec)
