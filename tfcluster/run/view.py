@@ -254,10 +254,48 @@ def failure_lines(view: View, log: str) -> list[str]:
         lines += [f"    {text}" for text in printable_lines(str(failure.get("msg", "")).strip(), TEXT_LIMIT,
                                                              last=LOG_TAIL)]
     if not lines:  # it failed before any play ran (the inventory, the settings of ansible-playbook)
-        lines.append("it failed before any step ran; the end of the log:")
-        lines += [f"    {text}" for text in _tail(log, LOG_TAIL)]
+        said = inventory_said(_read(log))
+        if said:  # the inventory's own words (what is wrong, the fix), not Ansible's parser fallbacks
+            lines.append("the inventory could not be read, so nothing ran:")
+            lines += [f"    {text}" for text in printable_lines(said, TEXT_LIMIT, last=LOG_TAIL)]
+        else:
+            lines.append("it failed before any step ran; the end of the log:")
+            lines += [f"    {text}" for text in _tail(log, LOG_TAIL)]
     lines.append(f"full log: {log}")
     return lines
+
+
+INVENTORY_STDERR = "Standard error from inventory script:"  # Ansible's script plugin, before what ours wrote
+INVENTORY_END = ("No inventory was printed.", "[WARNING]", "[ERROR]")
+
+
+def inventory_said(log_text: str) -> list[str]:
+    """What the inventory script wrote to stderr when Ansible could not use it (Ansible's script plugin quotes it
+    in the log, then its ini parser's fallback complains about the script's own text); [] if it is not there."""
+    _, found, rest = log_text.partition(INVENTORY_STDERR)
+    said: list[str] = []
+    for text in rest.split("\n") if found else []:
+        if text.strip().startswith(INVENTORY_END):
+            break
+        if text.strip():
+            said.append(_keep_fix(text.rstrip(), TEXT_LIMIT))
+    return said
+
+
+def _keep_fix(text: str, limit: int) -> str:
+    """A line over ``limit`` cut in its middle, so that its ``Fix: ...`` end is kept."""
+    head, mark, fix = text.rpartition(" Fix: ")
+    if len(text) <= limit or not mark or len(fix) > limit // 2:
+        return text
+    return head[:limit - len(fix) - len(mark) - 4] + " ..." + mark + fix
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""
 
 
 def _tail(path: str, count: int) -> list[str]:

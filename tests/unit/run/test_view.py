@@ -135,3 +135,31 @@ def test_a_host_unreachable_from_here_is_said_on_the_progress_block_escaped() ->
     assert state == "unreachable from here (1h02m, retrying)" and f"worker:1    {state}" in text
     assert text.count("\x1b[4F") == 1  # the second block redraws the first one's 4 lines (header, note, 2 tasks)
     assert text.endswith("\x1b[2K\n")  # and blanks the line the note left
+
+
+# What ansible-playbook logs when our inventory script fails (Ansible 2.16+: the script plugin quotes its stderr,
+# then the ini plugin reads the script itself as an INI file).
+INVENTORY_FAILED_LOG = """[WARNING]:  * Failed to parse /repo/inventory/slots.py with script plugin: Inventory script
+(/repo/inventory/slots.py) had an execution error
+Standard error from inventory script:
+tfcluster inventory (source terraform, TFCLUSTER_TF_DIR=/repo/infra/local) is invalid (1 problem(s)):
+  - terraform output: `terraform output -json` failed (exit 1): Error: No state. """ + "x" * 600 + """ Fix: run \
+`make provision` first
+No inventory was printed.
+
+[WARNING]: Failed to parse inventory with 'ini' plugin: Failed to parse inventory: Error parsing host definition
+'\"\"\"tfcluster dynamic inventory: every host gets a stable TensorFlow task type': No closing quotation
+[ERROR]: Completely failed to parse inventory source /repo/inventory/slots.py
+"""
+
+
+def test_a_failed_inventory_shows_its_own_words_and_fix_not_ansibles_parser(tmp_path: Path) -> None:
+    log = tmp_path / "status.log"
+    log.write_text(INVENTORY_FAILED_LOG)
+    lines = view.failure_lines(view.View(io.StringIO(), tty=False), str(log))
+    text = "\n".join(lines)
+    assert lines[0] == "the inventory could not be read, so nothing ran:"
+    assert "is invalid (1 problem(s))" in text and text.count("Fix: run `make provision` first") == 1, text
+    assert "ini" not in text and "No closing quotation" not in text and "Completely failed" not in text, text
+    assert all(len(line) <= view.TEXT_LIMIT + 4 for line in lines), lines
+
