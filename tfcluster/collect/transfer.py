@@ -17,14 +17,12 @@ it, each at its size and sha256.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import queue
 import stat
 import subprocess
 import tarfile
-import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from tfcluster.collect.guard import CollectError, guarded_tarinfo
+from tfcluster.collect.pipes import Prefetch, StderrTail, widen_pipe
 from tfcluster.core.files import BLOCK, ManifestError, check_received, quote_name, rel_problem
 from tfcluster.run.reach import Reach
 
@@ -40,13 +40,6 @@ WRITEBACK_EVERY = 64 << 20  # a threaded file's written pages go to disk every t
 TAR_HEADER = 512
 MAX_STREAMS = 4  # tar streams (SSH connections) at most
 PARALLEL_MIN = 64 << 20  # a member this big gets a stream of its own, when there are more such members
-PIPE_SIZE = 1 << 20  # the stream's pipe (Linux F_SETPIPE_SZ; the default 64 KiB stalls ssh at every block hashed)
-PREFETCH_BLOCKS = 16  # blocks read ahead of the receiver per stream (memory: this many BLOCKs at most)
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-
-
-class CollectError(ValueError):
-    """Collecting failed; the message names the host, the file or the limit, and the fix."""
 
 
 @dataclass(frozen=True)
@@ -218,10 +211,12 @@ def _member_problem(member: tarfile.TarInfo, wanted: Mapping[str, Wanted], seen:
 
 def receive(stream: IO[bytes], staging: Path, wanted: Mapping[str, Wanted], budget: Budget) -> tuple[int, int]:
     """Unpack a tar stream into ``staging``, hashing as it writes; (files, bytes). Raises on anything unexpected:
-    a member not asked for, a name that fails the rule, a link, a device, a sparse file, another size."""
+    a member not asked for, a name that fails the rule, a link, a device, a sparse file, another size, an extension
+    header over its limit (:func:`tfcluster.collect.guard.guarded_tarinfo`, checked before it is read)."""
     digests: dict[str, str] = {}
     size = 0
-    with tarfile.open(fileobj=CountingReader(stream, budget), mode="r|", bufsize=BLOCK) as archive:  # type: ignore[call-overload]
+    with tarfile.open(fileobj=CountingReader(stream, budget), mode="r|", bufsize=BLOCK,  # type: ignore[call-overload]
+                      tarinfo=guarded_tarinfo(budget.what)) as archive:
         for member in archive:
             problem = _member_problem(member, wanted, digests)
             if problem == "":
@@ -304,57 +299,6 @@ def plan_streams(wanted: Mapping[str, Wanted], streams: int = MAX_STREAMS,
         groups[index].append(name)
         loads[index] += wanted[name].size
     return [sorted(group) for group in groups if group]
-
-
-def widen_pipe(fd: int, size: int = PIPE_SIZE) -> None:
-    """Make a pipe hold ``size`` bytes where the system allows it (Linux); elsewhere leave it."""
-    with contextlib.suppress(OSError, ValueError):
-        fcntl.fcntl(fd, _F_SETPIPE_SZ, size)
-
-
-class Prefetch:
-    """Reads a pipe ahead on a thread, at most ``depth`` blocks, so the sender keeps going while the caller hashes
-    and writes. ``read`` returns up to ``size`` bytes (b"" at the end), as a raw pipe does."""
-
-    def __init__(self, raw: IO[bytes], depth: int = PREFETCH_BLOCKS) -> None:
-        self.fd = raw.fileno()
-        self.blocks: queue.Queue[bytes | OSError] = queue.Queue(maxsize=depth)
-        self.pending = b""
-        self.ended = False
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="collector-prefetch", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                block: bytes | OSError = os.read(self.fd, BLOCK)
-            except OSError as error:
-                block = error
-            self.blocks.put(block)
-            if not block or isinstance(block, OSError):
-                return
-
-    def read(self, size: int = -1) -> bytes:
-        if not self.pending and not self.ended:
-            block = self.blocks.get()
-            if isinstance(block, OSError):
-                self.ended = True
-                raise block
-            self.ended = not block
-            self.pending = block
-        if size < 0 or size >= len(self.pending):
-            data, self.pending = self.pending, b""
-        else:
-            data, self.pending = self.pending[:size], self.pending[size:]
-        return data
-
-    def close(self) -> None:
-        """Stop reading ahead (the sender was killed or is done); never blocks on a full queue."""
-        self.stopped.set()
-        while self.thread.is_alive():
-            with contextlib.suppress(queue.Empty):
-                self.blocks.get(timeout=0.05)
 
 
 class _Streams:
@@ -440,8 +384,14 @@ def _first_failure_stops(one: Callable[[list[str]], tuple[int, int]],
 
 def _stream(argv: list[str], staging: Path, wanted: Mapping[str, Wanted], budget: Budget,
             running: _Streams) -> tuple[int, int]:
-    """One tar stream: ``argv`` (ssh ... tar) received into ``staging``; raises CollectError naming the cause."""
-    with tempfile.TemporaryFile() as errors, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors) as proc:
+    """One tar stream: ``argv`` (ssh ... tar) received into ``staging``; raises CollectError naming the cause (and
+    the end of ssh's stderr: only its last STDERR_KEEP bytes are kept)."""
+    errors = StderrTail()
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors.fd)
+    finally:
+        errors.started()
+    with proc:
         running.add(proc)
         assert proc.stdout is not None
         widen_pipe(proc.stdout.fileno())
@@ -465,7 +415,6 @@ def _stream(argv: list[str], staging: Path, wanted: Mapping[str, Wanted], budget
     return received
 
 
-def _stderr_of(handle: IO[bytes]) -> str:
-    handle.seek(0)
-    text = handle.read().decode(errors="replace").strip()
+def _stderr_of(errors: StderrTail) -> str:
+    text = errors.text()
     return f" ({text[-600:]})" if text else ""

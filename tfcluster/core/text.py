@@ -8,9 +8,10 @@ unicode bidi controls that reorder the text shown. Every printer on the control 
 logs`); only the view's own cursor codes reach the terminal raw.
 
 Shown escaped: C0 controls (U+0000-U+001F, tab excepted: it becomes a space), DEL, C1 controls (U+0080-U+009F),
-the bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) and marks (U+061C, U+200E, U+200F), the
-line and paragraph separators (U+2028, U+2029) and lone surrogates (a JSON ``"\\ud800"``: unprintable). The escape
-is the text ``\\x1b``, ``\\u202e`` (``\\n`` and ``\\r`` for LF and CR). Applying it twice changes nothing.
+every format character (Unicode category Cf: the bidi embeddings, overrides, isolates and marks, zero-width
+characters, the byte order mark, the tag characters U+E0000-U+E007F, ...; :data:`FORMAT_RANGES`), the line and
+paragraph separators (U+2028, U+2029) and lone surrogates (a JSON ``"\\ud800"``: unprintable). The escape is the
+text ``\\x1b``, ``\\u202e``, ``\\U000e0041`` (``\\n`` and ``\\r`` for LF and CR). Applying it twice changes nothing.
 
 Stdlib only, on the ground floor: anything may import it.
 """
@@ -28,11 +29,21 @@ def _escape(code: int) -> str:
     named = {0x0A: "\\n", 0x0D: "\\r"}
     if code in named:
         return named[code]
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
-_CONTROLS = [*range(0x00, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A),
-             0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0xD800, 0xE000)]
+# Unicode category Cf (format characters) as of Unicode 15, inclusive ranges, with the whole Tags block (U+E0000-
+# U+E007F). Listed, not scanned (no cost at import); a unit test checks
+# that every Cf character of the running Python's unicodedata is here.
+FORMAT_RANGES = ((0x00AD, 0x00AD), (0x0600, 0x0605), (0x061C, 0x061C), (0x06DD, 0x06DD), (0x070F, 0x070F),
+                 (0x0890, 0x0891), (0x08E2, 0x08E2), (0x180E, 0x180E), (0x200B, 0x200F), (0x202A, 0x202E),
+                 (0x2060, 0x2064), (0x2066, 0x206F), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB), (0x110BD, 0x110BD),
+                 (0x110CD, 0x110CD), (0x13430, 0x1343F), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A),
+                 (0xE0000, 0xE007F))
+_FORMAT = [code for low, high in FORMAT_RANGES for code in range(low, high + 1)]
+_CONTROLS = [*range(0x00, 0x20), *range(0x7F, 0xA0), *_FORMAT, 0x2028, 0x2029, *range(0xD800, 0xE000)]
 SHOWN: dict[int, str] = {code: _escape(code) for code in _CONTROLS} | {ord("\t"): " "}  # for str.translate
 
 

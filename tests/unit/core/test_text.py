@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+import sys
+import unicodedata
 
 import pytest
 
 from tests.escapes import IDS, RAW_SHOWN, assert_clean
-from tfcluster.core.text import PrintableWriter, printable, printable_lines
+from tfcluster.core.text import FORMAT_RANGES, SHOWN, PrintableWriter, printable, printable_lines
 
 
 @pytest.mark.parametrize(("raw", "shown"), RAW_SHOWN, ids=IDS)
@@ -67,3 +69,32 @@ def test_the_stream_writer_prints_whole_escaped_lines_as_they_come() -> None:
     writer.write("abcdefgh")
     writer.write("\nij\n")
     assert out.getvalue() == "abcd\nefgh\nij\n"  # a line of twice the limit: no empty line after it
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("a\u200bb", "a\\u200bb"),  # zero-width space
+    ("invoice\u202efdp.exe", "invoice\\u202efdp.exe"),  # right-to-left override
+    ("x\u2066y", "x\\u2066y"),  # left-to-right isolate
+    ("tag\U000e0041\U000e007f", "tag\\U000e0041\\U000e007f"),  # tag characters (hidden text)
+    ("\ufeffbom", "\\ufeffbom"),  # byte order mark / zero-width no-break space
+    ("soft\u00adhyphen\u2060joiner", "soft\\xadhyphen\\u2060joiner"),
+])
+def test_every_format_character_is_shown_as_its_escape(raw: str, shown: str) -> None:
+    assert printable(raw) == shown
+    assert printable(shown) == shown  # the escape is plain ASCII: escaping twice changes nothing
+    assert printable_lines(raw + "\n" + raw) == [shown, shown]
+    assert_clean(printable(raw))
+
+
+def test_the_whole_cf_category_of_this_python_is_escaped() -> None:
+    """FORMAT_RANGES is a list (no scan at import): it must hold every Cf character the running Python knows."""
+    missing = [hex(code) for code in range(sys.maxunicode + 1)
+               if unicodedata.category(chr(code)) == "Cf" and code not in SHOWN]
+    assert not missing, f"Unicode {unicodedata.unidata_version} has Cf characters not in FORMAT_RANGES: {missing}"
+    assert all(unicodedata.category(chr(code)) in {"Cf", "Cn"}
+               for low, high in FORMAT_RANGES for code in range(low, high + 1))  # and only format (or unassigned)
+
+
+def test_a_limit_never_cuts_inside_a_long_escape() -> None:
+    assert printable("\U000e0041" * 3, 14) == "\\U000e0041..."
+    assert printable("ab\U000e0041", 12) == "ab\\U000e0041"
