@@ -108,16 +108,19 @@ def _end_run(cmd: Command, run: str, *, began: bool = True) -> None:
 def cmd_wait(cmd: Command) -> int:
     """make wait: re-attach to JOB where it runs (after an interrupted `make train`, a closed terminal, a laptop that
     slept, or from another machine), wait for it with progress, then collect. Starts nothing (playbooks/wait.yml);
-    it ends the ledger's open run of the job, or records one."""
+    it ends the ledger's open run of the job, or records one when it found the job (a decision): a wait that found
+    nothing (no cluster, no such job) records nothing, so it never blocks `make destroy`."""
     if (code := _by_transport(cmd, "wait")) is not None:
         return code
     with cluster_lock(cmd.s, "wait"), job_lock(cmd.s):
         record = ledger.read_ledger(cmd.job_dir)
         run = record.get("run")
-        if record.get("state") not in ledger.BLOCKING or not isinstance(run, str):
-            run = ledger.start_run(cmd.job_dir, cmd.s.cluster_name)
+        open_run = run if record.get("state") in ledger.BLOCKING and isinstance(run, str) else None
         code = cmd.playbook("wait.yml", "wait")
-        _end_run(cmd, run)
+        if open_run is None and ledger.last_decision(cmd.events) is not None:
+            open_run = ledger.start_run(cmd.job_dir, cmd.s.cluster_name)
+        if open_run is not None:
+            _end_run(cmd, open_run)
     stragglers = summary_of_health(cmd)
     if code != 0:
         for text in [*stragglers, *still_running(cmd.s)]:

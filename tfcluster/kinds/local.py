@@ -19,6 +19,9 @@ class Local(Kind):
     traits: ClassVar[Traits] = Traits(autostop=False, firewall=False, boot_wait=60)  # local slots: no host to guard
 
     def still_running(self, target: Target) -> list[str]:
+        """Said only when the emulated endpoint runs (no endpoint: no local cluster exists, nothing to tear down)."""
+        if localaws.running(localaws.state_dir()) is None:
+            return []
         return [f"still running: the emulated cluster {target.name} (no cost: it exists only in moto). Tear it down: "
                 "make destroy CLUSTER=local"]
 

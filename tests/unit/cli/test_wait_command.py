@@ -135,3 +135,12 @@ def test_an_interrupted_train_says_nothing_stopped_and_how_to_re_attach(
     assert "tfcluster train: interrupted. Nothing was stopped: a started job keeps running on its hosts." in err
     assert "`make wait JOB=long-one` re-attaches (waits and collects)" in err and "`make stop JOB=long-one`" in err
     assert json.loads((tmp_path / "local" / "long-one" / "job.json").read_text())["state"] == "started"
+
+
+def test_a_wait_that_found_nothing_records_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   cluster: list[str]) -> None:  # noqa: F811
+    """No cluster (the inventory failed) or no such job: no decision, so no run in the ledger, and destroy goes on."""
+    monkeypatch.setattr(command.Command, "playbook", _playbook([], code=1))
+    assert commands.cmd_wait(command.Command(load(), io.StringIO())) == command.EXIT_FAILED
+    assert not (tmp_path / "local" / "mnist" / "job.json").exists()
+    assert _destroy() == 0 and cluster == ["destroy"]

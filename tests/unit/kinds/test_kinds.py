@@ -112,3 +112,13 @@ def test_the_check_catches_a_planted_kind_test(tmp_path: Path) -> None:
     assert _kind_name_tests(planted, tmp_path) == ["x.py:2: settings.cluster == 'aws'",
                                                    "x.py:2: kind in ('local', 'onprem')"]
     assert YAML_TEST.search("when: tfcluster_cluster == 'aws'")
+
+
+def test_the_local_cluster_is_said_to_run_only_when_its_endpoint_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tfcluster.kinds import local
+
+    target = kinds.Target(kind="local", name="tfcluster-local")
+    monkeypatch.setattr(local.localaws, "running", lambda state_dir: None)  # never provisioned, or destroyed
+    assert kinds.get("local").still_running(target) == []
+    monkeypatch.setattr(local.localaws, "running", lambda state_dir: object())
+    assert kinds.get("local").still_running(target)[0].startswith("still running: the emulated cluster tfcluster-local")
