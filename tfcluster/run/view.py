@@ -233,7 +233,20 @@ def _decision_lines(decision: Mapping[str, Any]) -> list[str]:
     if tail:
         lines.append(f"  last lines of {culprit}'s job log:")
         lines += [f"    {text}" for text in tail]
+    if any(mark in text for text in [str(error.get("message", "")), *tail] for mark in OFFLINE_MARKS):
+        lines += OFFLINE_HINT
     return lines
+
+
+# What a download from a host without internet ends with (Keras' get_file, urllib, pip, requests).
+OFFLINE_MARKS = ("Temporary failure in name resolution", "Name or service not known", "URL fetch failure",
+                 "Network is unreachable", "nodename nor servname provided")
+OFFLINE_HINT = [
+    "  the hosts cannot reach that address (a download from the internet, it seems: its name did not resolve or "
+    "its network is unreachable).",
+    "  Fix: give the job its data instead: DATASETS=mnist puts mnist.npz at $TFCLUSTER_DATASETS/mnist.npz on every "
+    "host, read with numpy.load(os.path.join(os.environ['TFCLUSTER_DATASETS'], 'mnist.npz')) (x_train, y_train, "
+    "x_test, y_test); Keras' load_data() accepts only its own download (docs/jobs.md \"Script jobs and Keras\")"]
 
 
 def failure_lines(view: View, log: str) -> list[str]:

@@ -163,3 +163,19 @@ def test_a_failed_inventory_shows_its_own_words_and_fix_not_ansibles_parser(tmp_
     assert "ini" not in text and "No closing quotation" not in text and "Completely failed" not in text, text
     assert all(len(line) <= view.TEXT_LIMIT + 4 for line in lines), lines
 
+
+
+def test_a_download_that_cannot_succeed_names_the_offline_way() -> None:
+    decision = {"decision": "failed", "culprit": "worker-0", "message": "worker-0 exited 1",
+                "error": {"type": "Exception", "message": "URL fetch failure on https://storage.googleapis.com/"
+                          "tensorflow/tf-keras-datasets/mnist.npz: None -- [Errno -3] Temporary failure in name "
+                          "resolution", "frame": "train.py:12 in main"},
+                "log_tail": ["Traceback (most recent call last):", "urllib.error.URLError: <urlopen error>"]}
+    v = view.View(io.StringIO(), tty=False)
+    v.decision = decision
+    text = "\n".join(view.failure_lines(v, "x.log"))
+    assert text.count("the hosts cannot reach that address") == 1, text
+    assert "DATASETS=mnist" in text and "$TFCLUSTER_DATASETS/mnist.npz" in text and "numpy.load" in text, text
+    other = {**decision, "error": {"type": "ValueError", "message": "bad shape"}, "log_tail": ["ValueError"]}
+    v.decision = other
+    assert "cannot reach" not in "\n".join(view.failure_lines(v, "x.log"))
