@@ -161,8 +161,10 @@ def test_off_a_terminal_progress_is_printed_on_a_change_at_most_every_10_s_and_a
     at(81, epoch=3, state="running/exporting")  # printed
     text = out.getvalue()
     assert re.findall(r"job running for (.+):", text) == ["0.0 s", "10.5 s", "1m10s", "1m21s"]
+    pace = view.sparkline(v.paces[TASK["host"]], tty=False)  # a sample every 10 s: plain numbers off a terminal
+    assert pace.startswith("pace ") and len(pace.split()) == 6, pace
     assert text.splitlines()[-1] == "         " + view.task_line({**TASK, "step": 81, "epoch": 3,
-                                                                  "state": "running/exporting"})
+                                                                  "state": "running/exporting"}, pace)
     assert "\x1b[" not in text
 
 

@@ -179,3 +179,18 @@ def test_a_download_that_cannot_succeed_names_the_offline_way() -> None:
     other = {**decision, "error": {"type": "ValueError", "message": "bad shape"}, "log_tail": ["ValueError"]}
     v.decision = other
     assert "cannot reach" not in "\n".join(view.failure_lines(v, "x.log"))
+
+
+def test_a_tasks_pace_is_a_sparkline_of_its_recent_examples_per_second() -> None:
+    assert view.sparkline([100.0]) == ""  # one sample: no shape yet
+    assert view.sparkline([100.0, 200.0, 300.0, 400.0]) == "▁▃▆█"
+    assert view.sparkline([5000.0, 5000.0]) == "▁▁"  # flat
+    assert view.sparkline([900.0, 1200.0, 5100.0], tty=False) == "pace 900 1.2k 5.1k"
+    out, now = io.StringIO(), [0.0]
+    v = view.View(out, tty=True, clock=lambda: now[0])
+    for t, rate in enumerate([1000.0, 2000.0, 4000.0, 500.0]):
+        now[0] = 10.0 * t
+        v.handle({"event": "progress", "elapsed": now[0],
+                  "tasks": [{"host": "w0", "state": "running/training", "examples_per_sec": rate}]})
+    assert v.paces["w0"] == [1000.0, 2000.0, 4000.0, 500.0]
+    assert out.getvalue().rstrip().endswith("500 ex/s  " + view.sparkline(v.paces["w0"]))
