@@ -87,7 +87,9 @@ def test_a_capped_host_is_named_a_straggler_and_a_stopped_task_is_a_hang_with_st
         found = time.monotonic() - stopped
         print(f"[health] SIGSTOP f-w0 -> train failed after {found:.1f} s (STALL 600 s, HANG 5)")
         assert code != 0, out[-4000:]
-        assert "the job hangs: every task is alive and none made a step for" in out, out[-4000:]
+        # every task alive and none stepping, or (MultiWorkerMirrored's own health check failed its peers, which
+        # restart and wait) the stopped task alone past the limit
+        assert "the job hangs: " in out and ("made a step for" in out or "made no step for" in out), out[-4000:]
         assert "f-w0 is behind (its process is stopped (SIGSTOP, a debugger))" in out, out[-4000:]
         assert found < 600, out[-3000:]  # before the stall time
         headers = re.findall(r"^\s+--- (f-\S+) \(\S+\), pid \d+(, behind)? ---$", out, re.M)

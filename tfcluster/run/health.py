@@ -17,7 +17,9 @@ end-of-job summary.
 reported a step for ``factor`` times its usual gap between step reports (at least ``floor`` seconds), each age read
 on its own host's clock (the status answer's ``now`` against its ``last_step_at``): the job hangs. The task behind:
 in a job stuck in a collective every task waits but one, so a task whose process is stopped comes first, then one
-whose threads still run (it never entered the collective), then the one whose last step is oldest.
+whose threads still run (it never entered the collective), then the one whose last step is oldest. A task whose
+process is stopped (SIGSTOP, a debugger) past that limit is a hang on its own, whatever its peers do meanwhile
+(MultiWorkerMirrored's health check may fail them and they restart, waiting for it).
 """
 
 from __future__ import annotations
@@ -131,7 +133,12 @@ def _at_boundary(status: Mapping[str, Any]) -> bool:
 def hang(statuses: Mapping[str, Mapping[str, Any]], states: Mapping[str, str], gaps: Mapping[str, Mapping[str, Any]],
          active: Sequence[str], settings: HealthSettings) -> tuple[str, str] | None:
     """(the task behind, the message) when the job hangs (see the module docstring), else None."""
-    if settings.hang_factor <= 0 or not statuses or set(active) != set(states):
+    if settings.hang_factor <= 0 or not statuses:
+        return None
+    stopped = _stopped_too_long(statuses, gaps, active, settings)
+    if stopped is not None:
+        return stopped
+    if set(active) != set(states):
         return None
     training = [h for h, s in statuses.items() if _training(s)]
     if not training:
@@ -155,6 +162,26 @@ def hang(statuses: Mapping[str, Mapping[str, Any]], states: Mapping[str, str], g
     return behind, (f"the job hangs: every task is alive and none made a step for {duration_text(limit)} or more, "
                     f"{settings.hang_factor:g}x its usual time between steps (HANG); {behind} is behind ({why}). "
                     "Fix: see each task's stacks below; a longer HANG= waits longer, HANG=off leaves it to STALL")
+
+
+def _stopped_too_long(statuses: Mapping[str, Mapping[str, Any]], gaps: Mapping[str, Mapping[str, Any]],
+                      active: Sequence[str], settings: HealthSettings) -> tuple[str, str] | None:
+    """A training task whose process is stopped (SIGSTOP, a debugger) with no step for the hang limit: a hang
+    whatever its peers do meanwhile (under MultiWorkerMirrored their own health check may fail and restart them,
+    so they are no longer all alive and training, and only STALL would end it)."""
+    for host in sorted(active):
+        status, seen = statuses.get(host) or {}, gaps.get(host, {})
+        now, last = status.get("now"), seen.get("last_step_at")
+        if (not _doing(status)[0] or not _training(status) or int(seen.get("reports", 0)) < PAST_FIRST_REPORTS
+                or not seen.get("gaps") or not number(now) or not number(last)):
+            continue
+        limit = max(settings.hang_floor, settings.hang_factor * statistics.median(seen["gaps"]))
+        if float(now) - float(last) > limit:
+            return host, (f"the job hangs: {host}'s process is stopped and it made no step for {duration_text(limit)} "
+                          f"or more, {settings.hang_factor:g}x its usual time between steps (HANG); {host} is behind "
+                          "(its process is stopped (SIGSTOP, a debugger)). Fix: see each task's stacks below; "
+                          "`kill -CONT` it or detach the debugger; HANG=off leaves it to STALL")
+    return None
 
 
 def _doing(status: Mapping[str, Any]) -> tuple[bool, bool]:

@@ -188,3 +188,19 @@ def test_process_facts_read_this_process_and_refuse_what_is_not_a_pid() -> None:
     assert facts is not None and facts["state"] == "R" and facts["running_threads"] >= 1  # this thread runs
     assert process_facts(None) is None and process_facts(True) is None and process_facts(-1) is None
     assert process_facts(2**22 + 12345) is None  # no such process
+
+
+def test_a_stopped_task_is_a_hang_while_its_peers_restart() -> None:
+    """MultiWorkerMirrored's own health check failed the chief, which restarts and waits (connecting): not every task
+    is alive and training, yet the stopped one is past the hang limit."""
+    seen = {"w2": {"last_step_at": 1000.0, "gaps": [2.0] * 10, "reports": 10}}
+    stopped = {"now": 1100.0, "progress": training(), "process": {"state": "T", "running_threads": 0}}
+    statuses = {"w0": {"now": 1100.0, "progress": {"state": "connecting"}}, "w2": stopped}
+    states = {"w0": "restarting", "w1": "running", "w2": "running"}
+    found = health.hang(statuses, states, seen, ["w1", "w2"], HealthSettings(hang_factor=5, hang_floor=60))
+    assert found is not None and found[0] == "w2", found
+    assert "w2 is behind (its process is stopped (SIGSTOP, a debugger))" in found[1] and "HANG" in found[1]
+    young = {**seen, "w2": {**seen["w2"], "last_step_at": 1050.0}}  # 50 s: under the 60 s floor
+    assert health.hang(statuses, states, young, ["w1", "w2"], HealthSettings(hang_factor=5, hang_floor=60)) is None
+    running = {**statuses, "w2": {**stopped, "process": {"state": "S", "running_threads": 0}}}
+    assert health.hang(running, states, seen, ["w1", "w2"], HealthSettings(hang_factor=5, hang_floor=60)) is None
