@@ -48,7 +48,7 @@ def test_a_tutorial_script_ends_with_its_chief_and_its_servers_are_stopped(flow_
     try:
         run = flow_lab.run("train.yml", flow_lab.hosts_file(job, PS_SLOTS), job, {
             "tfcluster_script": {"__ansible_unsafe": str(EXAMPLE)}, "tfcluster_datasets": ["mnist"],
-            "tfcluster_script_args": ["--epochs", "2", "--steps-per-epoch", "100"]}, timeout=900)
+            "tfcluster_script_args": ["--epochs", "2", "--steps-per-epoch", "40"]}, timeout=900)
         assert run.returncode == 0, run.describe(120)
         dest = flow_lab.artifacts(job) / "current"
         assert verify_dir(dest) > 0 and (dest / "keras-model" / "saved_model.pb").is_file()
