@@ -343,9 +343,4 @@ def _read(path: str) -> str:
 
 def _tail(path: str, count: int) -> list[str]:
     """The last ``count`` non-blank lines of the log (it holds host output: escaped, cut)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return printable_lines([text for text in handle.read().split("\n") if text.strip()], TEXT_LIMIT,
-                                   last=count)
-    except OSError:
-        return []
+    return printable_lines([text for text in _read(path).split("\n") if text.strip()], TEXT_LIMIT, last=count)
