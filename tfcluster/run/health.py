@@ -145,15 +145,10 @@ def hang(statuses: Mapping[str, Mapping[str, Any]], states: Mapping[str, str], g
         return None
     ages: dict[str, tuple[float, float]] = {}
     for host in training:
-        seen, status = gaps.get(host, {}), statuses[host]
-        now, last = status.get("now"), seen.get("last_step_at")
-        if (int(seen.get("reports", 0)) < PAST_FIRST_REPORTS or not seen.get("gaps") or _at_boundary(status)
-                or not number(now) or not number(last)):
+        over = None if _at_boundary(statuses[host]) else _past_limit(statuses[host], gaps.get(host, {}), settings)
+        if over is None:
             return None
-        limit = max(settings.hang_floor, settings.hang_factor * statistics.median(seen["gaps"]))
-        if float(now) - float(last) <= limit:
-            return None
-        ages[host] = (float(now) - float(last), limit)
+        ages[host] = over
     behind = max(ages, key=lambda h: (*_doing(statuses[h]), ages[h][0]))
     age, limit = ages[behind]
     stopped, computing = _doing(statuses[behind])
@@ -164,19 +159,28 @@ def hang(statuses: Mapping[str, Mapping[str, Any]], states: Mapping[str, str], g
                     "Fix: see each task's stacks below; a longer HANG= waits longer, HANG=off leaves it to STALL")
 
 
+def _past_limit(status: Mapping[str, Any], seen: Mapping[str, Any],
+                settings: HealthSettings) -> tuple[float, float] | None:
+    """(its step age on its own host's clock, the hang limit) of a task past its first reports whose last step is
+    older than the limit (``factor`` x its median gap between reports, at least ``floor``); else None."""
+    now, last = status.get("now"), seen.get("last_step_at")
+    if int(seen.get("reports", 0)) < PAST_FIRST_REPORTS or not seen.get("gaps") or not number(now) or not number(last):
+        return None
+    limit = max(settings.hang_floor, settings.hang_factor * statistics.median(seen["gaps"]))
+    age = float(now) - float(last)
+    return (age, limit) if age > limit else None
+
+
 def _stopped_too_long(statuses: Mapping[str, Mapping[str, Any]], gaps: Mapping[str, Mapping[str, Any]],
                       active: Sequence[str], settings: HealthSettings) -> tuple[str, str] | None:
     """A training task whose process is stopped (SIGSTOP, a debugger) with no step for the hang limit: a hang
     whatever its peers do meanwhile (under MultiWorkerMirrored their own health check may fail and restart them,
     so they are no longer all alive and training, and only STALL would end it)."""
     for host in sorted(active):
-        status, seen = statuses.get(host) or {}, gaps.get(host, {})
-        now, last = status.get("now"), seen.get("last_step_at")
-        if (not _doing(status)[0] or not _training(status) or int(seen.get("reports", 0)) < PAST_FIRST_REPORTS
-                or not seen.get("gaps") or not number(now) or not number(last)):
-            continue
-        limit = max(settings.hang_floor, settings.hang_factor * statistics.median(seen["gaps"]))
-        if float(now) - float(last) > limit:
+        status = statuses.get(host) or {}
+        over = _past_limit(status, gaps.get(host, {}), settings) if _doing(status)[0] and _training(status) else None
+        if over is not None:
+            limit = over[1]
             return host, (f"the job hangs: {host}'s process is stopped and it made no step for {duration_text(limit)} "
                           f"or more, {settings.hang_factor:g}x its usual time between steps (HANG); {host} is behind "
                           "(its process is stopped (SIGSTOP, a debugger)). Fix: see each task's stacks below; "
