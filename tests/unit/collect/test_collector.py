@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.unit.collect.fakes import install_ssh
 from tfcluster.collect import ssh as collect
 from tfcluster.collect import store, transfer
 from tfcluster.core import files, paths
@@ -259,11 +260,8 @@ def test_the_transfer_is_bounded_in_time(tmp_path: Path) -> None:
 
 
 def test_cli_names_the_host_when_ssh_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "ssh").write_text("#!/bin/sh\necho 'ssh: connect to host 10.0.0.5 port 22: No route to host' >&2\n"
-                                 "exit 255\n")
-    (bin_dir / "ssh").chmod(0o755)
+    bin_dir = install_ssh(tmp_path / "bin", "#!/bin/sh\necho 'ssh: connect to host 10.0.0.5 port 22: No route to "
+                          "host' >&2\nexit 255\n")
     src = model_dir(tmp_path / "chief", FILES)
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "-m", "tfcluster.collect", "pull"], cwd=REPO, env=env,
@@ -292,11 +290,8 @@ ESCAPE = "\x1b]52;c;AAAA\x07"
 @pytest.fixture
 def evil_chief(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """`ssh` that prints a prepared tar stream whatever it is asked: ``serve(data)``."""
-    bin_dir = tmp_path / "evil-bin"
-    bin_dir.mkdir()
     stream = tmp_path / "evil.tar"
-    (bin_dir / "ssh").write_text(f"#!/bin/sh\nexec cat {stream}\n")
-    (bin_dir / "ssh").chmod(0o755)
+    bin_dir = install_ssh(tmp_path / "evil-bin", f"#!/bin/sh\nexec cat {stream}\n")
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     return stream.write_bytes
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.collect.fakes import install_ssh
 from tfcluster.collect import guard, pipes, transfer
 from tfcluster.core.files import BLOCK
 from tfcluster.run.reach import Reach
@@ -161,11 +162,8 @@ def test_gnu_tar_s_own_long_names_pass(tmp_path: Path) -> None:
 
 def test_the_collect_names_the_host_and_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Through ssh: a chief whose tar sends a 200 MB PAX header; the stream is cut at once, nothing is written."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
     (tmp_path / "head").write_bytes(header(tarfile.XHDTYPE, HOSTILE))
-    (bin_dir / "ssh").write_text(f"#!/bin/sh\ncat {tmp_path / 'head'}\nexec head -c {HOSTILE} /dev/zero\n")
-    (bin_dir / "ssh").chmod(0o755)
+    bin_dir = install_ssh(tmp_path / "bin", f"#!/bin/sh\ncat {tmp_path / 'head'}\nexec head -c {HOSTILE} /dev/zero\n")
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     wanted = {"DONE": transfer.Wanted(None, 3)}
     started = time.monotonic()
@@ -187,11 +185,8 @@ def test_ssh_s_stderr_is_kept_to_its_last_64_kib() -> None:
 
 
 def test_a_failed_stream_says_the_end_of_ssh_s_stderr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "ssh").write_text("#!/bin/sh\nhead -c 5000000 /dev/zero >&2\necho 'Host key verification failed.' >&2"
-                                 "\nexit 255\n")
-    (bin_dir / "ssh").chmod(0o755)
+    bin_dir = install_ssh(tmp_path / "bin", "#!/bin/sh\nhead -c 5000000 /dev/zero >&2\n"
+                          "echo 'Host key verification failed.' >&2\nexit 255\n")
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     with pytest.raises(transfer.CollectError, match="Host key verification failed") as error:
         transfer.stream_from(CHIEF, "/m", tmp_path,
