@@ -13,7 +13,7 @@ import pytest
 
 from lab import Lab
 from lab.flows import Flows, PlaybookRun
-from lab.twin import apply_cloud_config, boot_guard_settings, render_boot_guard
+from lab.twin_boot import apply_cloud_config, boot_guard_settings, render_boot_guard
 
 pytestmark = [pytest.mark.xdist_group("takeoverlab"), pytest.mark.lab, pytest.mark.slow]
 

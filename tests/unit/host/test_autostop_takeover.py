@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from lab.twin import boot_guard_settings, render_boot_guard
+from lab.twin_boot import boot_guard_settings, render_boot_guard
 from tfcluster.core import paths
 from tfcluster.core.contract import unit_name
 from tfcluster.host import autostop
