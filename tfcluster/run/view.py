@@ -220,7 +220,6 @@ class View:
                 for text in lines:
                     self.line(text)
 
-
     def _sample_paces(self, tasks: Sequence[Mapping[str, Any]], now: float) -> None:
         if now - self._paced < PACE_EVERY:
             return
@@ -229,7 +228,8 @@ class View:
             value = number(task.get("examples_per_sec"))
             if value is not None and value >= 0:
                 kept = self.paces.setdefault(str(task.get("host")), [])
-                kept[:] = [*kept, value][-PACE_KEPT:]
+                kept.append(value)
+                del kept[:-PACE_KEPT]
 
 
 def milestones(tasks: Sequence[Mapping[str, Any]], note: Any = None) -> tuple[Any, ...]:
